@@ -1,0 +1,202 @@
+// Command corenode runs one member of a corenode cluster: a Raft-replicated
+// consistent core that speaks the etcd v3 API.
+//
+//	corenode                      one-member cluster on 127.0.0.1:2379
+//	corenode --name a ...         a member of a larger cluster (etcd's flags)
+//	corenode health [--endpoint]  exit 0 if the member answers /health true
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/corenode/corenode/member"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "health":
+			os.Exit(health(os.Args[2:]))
+		case "version", "--version":
+			fmt.Println("corenode", version)
+			return
+		}
+	}
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "corenode:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	name, dataDir                              string
+	listenClient, advertiseClient              string
+	listenPeer, advertisePeer                  string
+	initialCluster, initialState, initialToken string
+	heartbeatMS, electionMS                    int
+	snapshotCount                              uint64
+	maxRequestBytes, maxTxnOps                 int
+	logLevel                                   string
+}
+
+func newFlagSet(o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("corenode", flag.ContinueOnError)
+	fs.StringVar(&o.name, "name", "default", "human-readable name for this member")
+	fs.StringVar(&o.dataDir, "data-dir", "", "path to the data directory (default \"${name}.corenode\")")
+	fs.StringVar(&o.listenClient, "listen-client-urls", "http://127.0.0.1:2379", "comma-separated URLs to listen on for client traffic (gRPC and HTTP)")
+	fs.StringVar(&o.advertiseClient, "advertise-client-urls", "http://127.0.0.1:2379", "comma-separated client URLs to advertise to the rest of the cluster")
+	fs.StringVar(&o.listenPeer, "listen-peer-urls", "http://127.0.0.1:2380", "URL to listen on for peer traffic (raft and forwarding)")
+	fs.StringVar(&o.advertisePeer, "initial-advertise-peer-urls", "http://127.0.0.1:2380", "this member's peer URL, as the other members reach it")
+	fs.StringVar(&o.initialCluster, "initial-cluster", "", "initial cluster configuration, name=peer-url,... (default \"${name}=${initial-advertise-peer-urls}\")")
+	fs.StringVar(&o.initialState, "initial-cluster-state", "new", "new to bootstrap a new cluster, existing to join one (after etcdctl member add)")
+	fs.StringVar(&o.initialToken, "initial-cluster-token", "corenode-cluster", "cluster token; member IDs derive from it and the peer URLs")
+	fs.IntVar(&o.heartbeatMS, "heartbeat-interval", 100, "time (in milliseconds) of a heartbeat interval")
+	fs.IntVar(&o.electionMS, "election-timeout", 1000, "time (in milliseconds) for an election to timeout")
+	fs.Uint64Var(&o.snapshotCount, "snapshot-count", 10000, "number of committed entries that triggers a snapshot and log truncation")
+	fs.IntVar(&o.maxRequestBytes, "max-request-bytes", 1536*1024, "maximum client request size in bytes")
+	fs.IntVar(&o.maxTxnOps, "max-txn-ops", 128, "maximum number of operations in each branch of a txn")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: corenode [flags]\n       corenode health [--endpoint URL]\n       corenode version\n\n"+
+			"Every flag can also be set by an environment variable CORENODE_<FLAG>, e.g. CORENODE_DATA_DIR;\n"+
+			"a flag given on the command line wins.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// fromEnv sets every flag not given on the command line from CORENODE_<NAME>.
+func fromEnv(fs *flag.FlagSet) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] {
+			return
+		}
+		env := "CORENODE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func splitURLs(s string) []string {
+	var out []string
+	for _, u := range strings.Split(s, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func run(args []string) error {
+	var o options
+	fs := newFlagSet(&o)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (see corenode --help)", fs.Arg(0))
+	}
+	if err := fromEnv(fs); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(logger)
+	if o.dataDir == "" {
+		o.dataDir = o.name + ".corenode"
+	}
+	if o.initialCluster == "" {
+		o.initialCluster = o.name + "=" + o.advertisePeer
+	}
+	if o.electionMS < 5*o.heartbeatMS {
+		return fmt.Errorf("--election-timeout (%d ms) should be at least 5 times --heartbeat-interval (%d ms)", o.electionMS, o.heartbeatMS)
+	}
+	m, err := member.Start(member.Config{
+		Name:                     o.name,
+		DataDir:                  o.dataDir,
+		ListenClientURLs:         splitURLs(o.listenClient),
+		AdvertiseClientURLs:      splitURLs(o.advertiseClient),
+		ListenPeerURLs:           splitURLs(o.listenPeer),
+		InitialAdvertisePeerURLs: splitURLs(o.advertisePeer),
+		InitialCluster:           o.initialCluster,
+		InitialClusterState:      o.initialState,
+		InitialClusterToken:      o.initialToken,
+		HeartbeatInterval:        time.Duration(o.heartbeatMS) * time.Millisecond,
+		ElectionTimeout:          time.Duration(o.electionMS) * time.Millisecond,
+		SnapshotCount:            o.snapshotCount,
+		MaxRequestBytes:          o.maxRequestBytes,
+		MaxTxnOps:                o.maxTxnOps,
+		Logger:                   logger,
+	})
+	if err != nil {
+		return err
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	s := <-sig
+	logger.Info("stopping", "signal", s.String())
+	return m.Close()
+}
+
+// health asks a member's /health endpoint; it is the container health check,
+// so it needs no shell and no etcdctl.
+func health(args []string) int {
+	fs := flag.NewFlagSet("corenode health", flag.ContinueOnError)
+	endpoint := fs.String("endpoint", "http://127.0.0.1:2379", "client URL of the member to check")
+	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for an answer")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(*endpoint, "/")+"/health", nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "corenode health:", err)
+		return 2
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "corenode health:", err)
+		return 1
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	var h struct {
+		Health string `json:"health"`
+		Reason string `json:"reason"`
+	}
+	if err := json.Unmarshal(body, &h); err != nil || h.Health != "true" {
+		fmt.Fprintf(os.Stderr, "corenode health: %s unhealthy: %s\n", *endpoint, strings.TrimSpace(string(body)))
+		return 1
+	}
+	fmt.Printf("%s is healthy\n", *endpoint)
+	return 0
+}

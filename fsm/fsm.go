@@ -1,0 +1,278 @@
+// Package fsm is corenode's raft.FSM: it decodes committed commands and
+// applies them to the kv (and, later, lease) state in one deterministic step,
+// and it snapshots and restores that state.
+//
+// Concurrency contract (hashicorp/raft's): Apply, ApplyBatch, Snapshot and
+// Restore are called from raft's single FSM goroutine, never concurrently
+// with each other. FSMSnapshot.Persist runs on another goroutine concurrently
+// with later applies, so Snapshot captures an immutable view. Readers
+// (Members, ClusterID, AppliedIndex, Store) may be called from any goroutine.
+package fsm
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/corenode/corenode/kv"
+)
+
+// Result is what ApplyBatch returns for each command entry; the proposer
+// receives it from the raft.ApplyFuture. Err is an etcd rpctypes error when
+// the command was refused at apply (validation happens here, not only before
+// proposing, because concurrent proposals race).
+type Result struct {
+	Resp any
+	Err  error
+}
+
+// FSM applies corenode commands. Create it with New.
+type FSM struct {
+	log   *slog.Logger
+	store *kv.Store
+
+	mu        sync.RWMutex
+	clusterID uint64
+	members   map[uint64]*pb.Member // published name and client URLs by member ID
+
+	applied atomic.Uint64
+}
+
+// New returns an FSM over an empty store.
+func New(logger *slog.Logger) *FSM {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &FSM{
+		log:     logger,
+		store:   kv.NewStore(kv.Options{}),
+		members: map[uint64]*pb.Member{},
+	}
+}
+
+// Store is the kv state; use it for reads and watches only. Writes go through Raft.
+func (f *FSM) Store() *kv.Store { return f.store }
+
+// AppliedIndex is the index of the last entry applied.
+func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
+
+// ClusterID is derived from the cluster's first configuration entry, so every
+// member computes the same value without coordination. Zero until applied.
+func (f *FSM) ClusterID() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.clusterID
+}
+
+// Member returns what member id published about itself, or nil.
+func (f *FSM) Member(id uint64) *pb.Member {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if m, ok := f.members[id]; ok {
+		c := *m
+		return &c
+	}
+	return nil
+}
+
+// Apply implements raft.FSM.
+func (f *FSM) Apply(l *raft.Log) any {
+	return f.ApplyBatch([]*raft.Log{l})[0]
+}
+
+// ApplyBatch implements raft.BatchingFSM.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	for i, l := range logs {
+		switch l.Type {
+		case raft.LogCommand:
+			out[i] = f.applyCommand(l)
+		case raft.LogConfiguration:
+			f.applyConfiguration(l)
+		}
+	}
+	if n := len(logs); n > 0 {
+		f.applied.Store(logs[n-1].Index)
+	}
+	return out
+}
+
+func (f *FSM) applyCommand(l *raft.Log) Result {
+	cmd, err := Decode(l.Data)
+	if err != nil {
+		// Skipping an entry that other members may have applied would fork
+		// the state; stopping is the only safe answer. It means a newer
+		// corenode wrote the log: upgrade this member.
+		panic(fmt.Sprintf("fsm: cannot apply entry %d: %v", l.Index, err))
+	}
+	switch cmd.Op {
+	case OpPut:
+		resp, err := f.store.Put(cmd.Msg.(*pb.PutRequest))
+		return Result{Resp: resp, Err: err}
+	case OpDeleteRange:
+		resp, err := f.store.DeleteRange(cmd.Msg.(*pb.DeleteRangeRequest))
+		return Result{Resp: resp, Err: err}
+	case OpTxn:
+		resp, err := f.store.Txn(cmd.Msg.(*pb.TxnRequest))
+		return Result{Resp: resp, Err: err}
+	case OpCompact:
+		resp, err := f.store.Compact(cmd.Msg.(*pb.CompactionRequest).Revision)
+		return Result{Resp: resp, Err: err}
+	case OpPublish:
+		m := cmd.Msg.(*pb.Member)
+		f.mu.Lock()
+		f.members[m.ID] = m
+		f.mu.Unlock()
+		return Result{Resp: m}
+	}
+	panic(fmt.Sprintf("fsm: entry %d: op %s decoded but not applied", l.Index, cmd.Op))
+}
+
+func (f *FSM) applyConfiguration(l *raft.Log) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.clusterID != 0 {
+		return
+	}
+	cfg := raft.DecodeConfiguration(l.Data)
+	ids := make([]string, 0, len(cfg.Servers))
+	for _, s := range cfg.Servers {
+		ids = append(ids, string(s.ID))
+	}
+	f.clusterID = ClusterIDOf(ids)
+}
+
+// ClusterIDOf derives a cluster ID from the member IDs of its first
+// configuration, independent of their order.
+func ClusterIDOf(serverIDs []string) uint64 {
+	ids := slices.Clone(serverIDs)
+	slices.Sort(ids)
+	h := sha256.New()
+	for _, id := range ids {
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+	}
+	return binary.BigEndian.Uint64(h.Sum(nil)[:8])
+}
+
+// Snapshot format, version 1:
+//
+//	magic "corenode-fsm\n", version byte (1)
+//	uvarint cluster ID
+//	uvarint length + pb.MemberListResponse (published members, by ID order)
+//	the kv snapshot
+const snapshotMagic = "corenode-fsm\n"
+const snapshotV1 byte = 1
+
+type snapshot struct {
+	clusterID uint64
+	members   []*pb.Member
+	kv        *kv.Snapshot
+}
+
+// Snapshot implements raft.FSM. It copies only pointers to immutable data;
+// the encoding happens in Persist, off the apply goroutine.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.RLock()
+	s := &snapshot{clusterID: f.clusterID}
+	for _, m := range f.members {
+		s.members = append(s.members, m)
+	}
+	f.mu.RUnlock()
+	slices.SortFunc(s.members, func(a, b *pb.Member) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	s.kv = f.store.Snapshot()
+	return s, nil
+}
+
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if err := s.write(sink); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("fsm: persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+func (s *snapshot) write(w io.Writer) error {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	bw.WriteString(snapshotMagic)
+	bw.WriteByte(snapshotV1)
+	bw.Write(binary.AppendUvarint(nil, s.clusterID))
+	ml, err := (&pb.MemberListResponse{Members: s.members}).Marshal()
+	if err != nil {
+		return err
+	}
+	bw.Write(binary.AppendUvarint(nil, uint64(len(ml))))
+	bw.Write(ml)
+	if _, err := s.kv.WriteTo(bw); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+func (s *snapshot) Release() {}
+
+// Restore implements raft.FSM: it replaces all state with the snapshot's.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	br := bufio.NewReaderSize(rc, 1<<20)
+	magic := make([]byte, len(snapshotMagic)+1)
+	if _, err := io.ReadFull(br, magic); err != nil {
+		return fmt.Errorf("fsm: restore: read header: %w", err)
+	}
+	if string(magic[:len(snapshotMagic)]) != snapshotMagic {
+		return errors.New("fsm: restore: not a corenode snapshot")
+	}
+	if v := magic[len(snapshotMagic)]; v != snapshotV1 {
+		return fmt.Errorf("fsm: restore: %w: snapshot version %d", ErrUnknownFormat, v)
+	}
+	clusterID, err := binary.ReadUvarint(br)
+	if err != nil {
+		return fmt.Errorf("fsm: restore: cluster id: %w", err)
+	}
+	n, err := binary.ReadUvarint(br)
+	if err != nil {
+		return fmt.Errorf("fsm: restore: members length: %w", err)
+	}
+	if n > 64<<20 {
+		return fmt.Errorf("fsm: restore: members section of %d bytes is corrupt", n)
+	}
+	ml := make([]byte, n)
+	if _, err := io.ReadFull(br, ml); err != nil {
+		return fmt.Errorf("fsm: restore: members: %w", err)
+	}
+	var list pb.MemberListResponse
+	if err := list.Unmarshal(ml); err != nil {
+		return fmt.Errorf("fsm: restore: members: %w", err)
+	}
+	if err := f.store.Restore(br); err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
+	members := make(map[uint64]*pb.Member, len(list.Members))
+	for _, m := range list.Members {
+		members[m.ID] = m
+	}
+	f.mu.Lock()
+	f.clusterID = clusterID
+	f.members = members
+	f.mu.Unlock()
+	f.log.Info("restored state from snapshot", "revision", f.store.Rev(), "members", len(members))
+	return nil
+}

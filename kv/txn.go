@@ -1,0 +1,295 @@
+package kv
+
+import (
+	"bytes"
+	"cmp"
+	"slices"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+)
+
+// Txn runs a transaction all or nothing. As in etcd, every compare (nested
+// ones included) is evaluated against the state before the txn, the chosen
+// ops are validated completely before the first write, and reads inside the
+// txn see the txn's earlier writes. A txn that writes uses exactly one new
+// revision.
+func (s *Store) Txn(t *pb.TxnRequest) (*pb.TxnResponse, error) {
+	if t == nil {
+		t = &pb.TxnRequest{}
+	}
+	if err := checkTxn(t); err != nil {
+		return nil, err
+	}
+	if _, _, err := checkIntervals(t.Success); err != nil {
+		return nil, err
+	}
+	if _, _, err := checkIntervals(t.Failure); err != nil {
+		return nil, err
+	}
+	if readOnly(t) {
+		// Nothing to write, so concurrent readers may share the lock.
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+	} else {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
+	path := s.txnPath(t, nil)
+	if _, err := s.checkTxnState(t, path, 0); err != nil {
+		return nil, err
+	}
+	c := s.begin()
+	resp, _ := s.execTxn(&c, t, path, 0)
+	s.commit(&c)
+	resp.Header.Revision = s.rev
+	return resp, nil
+}
+
+func nestedTxn(v *pb.RequestOp_RequestTxn) *pb.TxnRequest {
+	if v.RequestTxn == nil {
+		return &pb.TxnRequest{}
+	}
+	return v.RequestTxn
+}
+
+// checkTxn makes etcd's stateless request checks on both branches,
+// recursively.
+func checkTxn(t *pb.TxnRequest) error {
+	for _, c := range t.Compare {
+		if c == nil || len(c.Key) == 0 {
+			return rpctypes.ErrGRPCEmptyKey
+		}
+	}
+	for _, ops := range [2][]*pb.RequestOp{t.Success, t.Failure} {
+		for _, op := range ops {
+			if err := checkOp(op); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func checkOp(op *pb.RequestOp) error {
+	switch v := op.GetRequest().(type) {
+	case *pb.RequestOp_RequestRange:
+		return checkRange(v.RequestRange)
+	case *pb.RequestOp_RequestPut:
+		return checkPut(v.RequestPut)
+	case *pb.RequestOp_RequestDeleteRange:
+		if v.RequestDeleteRange == nil || len(v.RequestDeleteRange.Key) == 0 {
+			return rpctypes.ErrGRPCEmptyKey
+		}
+	case *pb.RequestOp_RequestTxn:
+		return checkTxn(nestedTxn(v))
+	}
+	return nil
+}
+
+func readOnly(t *pb.TxnRequest) bool {
+	for _, ops := range [2][]*pb.RequestOp{t.Success, t.Failure} {
+		for _, op := range ops {
+			switch v := op.GetRequest().(type) {
+			case *pb.RequestOp_RequestPut, *pb.RequestOp_RequestDeleteRange:
+				return false
+			case *pb.RequestOp_RequestTxn:
+				if !readOnly(nestedTxn(v)) {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
+type taggedKey struct {
+	key  []byte
+	unit int
+}
+
+type taggedSpan struct {
+	sp   span
+	unit int
+}
+
+// checkIntervals rejects a list of ops in which two different ops write the
+// same key: put/put or put/delete, looking inside nested txns. The two
+// branches of one nested txn never both run, so they may overlap each other.
+// Delete/delete overlap is harmless and allowed, as in etcd. It returns the
+// puts and deletes of ops for the level above.
+//
+// Unlike etcd's checkIntervals this is symmetric (a nested txn's puts are
+// checked against the deletes of every sibling, not only earlier ones) and
+// treats a "\x00" range end as unbounded.
+func checkIntervals(ops []*pb.RequestOp) ([]taggedKey, []taggedSpan, error) {
+	var puts []taggedKey
+	var dels []taggedSpan
+	for i, op := range ops {
+		switch v := op.GetRequest().(type) {
+		case *pb.RequestOp_RequestPut:
+			puts = append(puts, taggedKey{v.RequestPut.Key, i})
+		case *pb.RequestOp_RequestDeleteRange:
+			dels = append(dels, taggedSpan{mkSpan(v.RequestDeleteRange.Key, v.RequestDeleteRange.RangeEnd), i})
+		case *pb.RequestOp_RequestTxn:
+			n := nestedTxn(v)
+			for _, branch := range [2][]*pb.RequestOp{n.Success, n.Failure} {
+				p, d, err := checkIntervals(branch)
+				if err != nil {
+					return nil, nil, err
+				}
+				for _, k := range p {
+					puts = append(puts, taggedKey{k.key, i})
+				}
+				for _, sp := range d {
+					dels = append(dels, taggedSpan{sp.sp, i})
+				}
+			}
+		}
+	}
+	if len(puts) == 0 || len(puts)+len(dels) < 2 {
+		return puts, dels, nil
+	}
+	slices.SortStableFunc(puts, func(a, b taggedKey) int { return bytes.Compare(a.key, b.key) })
+	for i := 1; i < len(puts); i++ {
+		if puts[i].unit != puts[i-1].unit && bytes.Equal(puts[i].key, puts[i-1].key) {
+			return nil, nil, rpctypes.ErrGRPCDuplicateKey
+		}
+	}
+	for _, d := range dels {
+		i, _ := slices.BinarySearchFunc(puts, d.sp.key, func(p taggedKey, k []byte) int { return bytes.Compare(p.key, k) })
+		for ; i < len(puts) && d.sp.contains(puts[i].key); i++ {
+			if puts[i].unit != d.unit {
+				return nil, nil, rpctypes.ErrGRPCDuplicateKey
+			}
+		}
+	}
+	return puts, dels, nil
+}
+
+// txnPath evaluates the compares of t and of every nested txn on the chosen
+// branches, in pre-order, before anything is written (like etcd).
+func (s *Store) txnPath(t *pb.TxnRequest, path []bool) []bool {
+	ok := true
+	for _, c := range t.Compare {
+		if !s.compare(c) {
+			ok = false
+			break
+		}
+	}
+	path = append(path, ok)
+	for _, op := range branch(t, ok) {
+		if v, isTxn := op.GetRequest().(*pb.RequestOp_RequestTxn); isTxn {
+			path = s.txnPath(nestedTxn(v), path)
+		}
+	}
+	return path
+}
+
+func branch(t *pb.TxnRequest, ok bool) []*pb.RequestOp {
+	if ok {
+		return t.Success
+	}
+	return t.Failure
+}
+
+// compare follows etcd: every live key in the range must satisfy it; an
+// empty range compares a zero KeyValue, except that a VALUE compare on
+// missing keys always fails.
+func (s *Store) compare(c *pb.Compare) bool {
+	found, ok := false, true
+	s.scan(mkSpan(c.Key, c.RangeEnd), func(e *keyEntry) bool {
+		r := e.latest()
+		if r == nil {
+			return true
+		}
+		found = true
+		ok = compareKV(c, &r.kv)
+		return ok
+	})
+	if !found {
+		if c.Target == pb.Compare_VALUE {
+			return false
+		}
+		return compareKV(c, &mvccpb.KeyValue{})
+	}
+	return ok
+}
+
+func compareKV(c *pb.Compare, kv *mvccpb.KeyValue) bool {
+	var res int
+	switch c.Target {
+	case pb.Compare_VALUE:
+		res = bytes.Compare(kv.Value, c.GetValue())
+	case pb.Compare_CREATE:
+		res = cmp.Compare(kv.CreateRevision, c.GetCreateRevision())
+	case pb.Compare_MOD:
+		res = cmp.Compare(kv.ModRevision, c.GetModRevision())
+	case pb.Compare_VERSION:
+		res = cmp.Compare(kv.Version, c.GetVersion())
+	case pb.Compare_LEASE:
+		res = cmp.Compare(kv.Lease, c.GetLease())
+	}
+	switch c.Result {
+	case pb.Compare_EQUAL:
+		return res == 0
+	case pb.Compare_NOT_EQUAL:
+		return res != 0
+	case pb.Compare_GREATER:
+		return res > 0
+	case pb.Compare_LESS:
+		return res < 0
+	}
+	return true
+}
+
+// checkTxnState validates, against the state before the txn, every op that
+// will run; it returns the position in path after t. Checking the pre-txn
+// state is exact because checkIntervals forbids a txn from writing a key
+// twice.
+func (s *Store) checkTxnState(t *pb.TxnRequest, path []bool, i int) (int, error) {
+	ok := path[i]
+	i++
+	for _, op := range branch(t, ok) {
+		var err error
+		switch v := op.GetRequest().(type) {
+		case *pb.RequestOp_RequestRange:
+			err = s.checkRangeRev(v.RequestRange.Revision)
+		case *pb.RequestOp_RequestPut:
+			err = s.checkPutState(v.RequestPut)
+		case *pb.RequestOp_RequestTxn:
+			i, err = s.checkTxnState(nestedTxn(v), path, i)
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	return i, nil
+}
+
+// execTxn applies the validated branch of t; it cannot fail.
+func (s *Store) execTxn(c *change, t *pb.TxnRequest, path []bool, i int) (*pb.TxnResponse, int) {
+	ok := path[i]
+	i++
+	ops := branch(t, ok)
+	resp := &pb.TxnResponse{Succeeded: ok, Responses: make([]*pb.ResponseOp, len(ops))}
+	for j, op := range ops {
+		ro := &pb.ResponseOp{}
+		switch v := op.GetRequest().(type) {
+		case *pb.RequestOp_RequestRange:
+			ro.Response = &pb.ResponseOp_ResponseRange{ResponseRange: s.doRange(v.RequestRange, s.viewRev(c))}
+		case *pb.RequestOp_RequestPut:
+			ro.Response = &pb.ResponseOp_ResponsePut{ResponsePut: s.doPut(c, v.RequestPut)}
+		case *pb.RequestOp_RequestDeleteRange:
+			ro.Response = &pb.ResponseOp_ResponseDeleteRange{ResponseDeleteRange: s.doDelete(c, v.RequestDeleteRange)}
+		case *pb.RequestOp_RequestTxn:
+			var sub *pb.TxnResponse
+			sub, i = s.execTxn(c, nestedTxn(v), path, i)
+			ro.Response = &pb.ResponseOp_ResponseTxn{ResponseTxn: sub}
+		}
+		resp.Responses[j] = ro
+	}
+	resp.Header = &pb.ResponseHeader{Revision: s.viewRev(c)}
+	return resp, i
+}

@@ -1,0 +1,146 @@
+// Package lease holds corenode's leases: the replicated lease table that
+// every member applies, and the leader-only Tracker that knows deadlines.
+//
+// How time works. Only the leader reads a clock (its monotonic one, through
+// the Clock interface, so tests drive it exactly). The table never reads
+// time: it keeps, per lease, the granted TTL and either nothing ("full": a
+// new leader restarts the lease with its whole TTL) or a checkpointed expiry
+// on the replicated *lease clock*. The lease clock is a number of
+// milliseconds that only checkpoint entries advance; the leader proposes
+// one every tick while any lease is checkpointed. A new leader continues the
+// lease clock from the last value applied, so every checkpointed deadline
+// resumes exactly where the last entry left it: a leader change extends a
+// lease by at most the tick interval plus the time the cluster had no
+// leader, never more, and never shortens it.
+//
+// Never early across leader changes rests on two rules, enforced by the
+// caller of Tracker.Renew:
+//  1. A keep-alive for a checkpointed lease is acknowledged only after a
+//     reset (back to "full") is committed, so the next leader cannot restart
+//     it from the stale checkpoint.
+//  2. A keep-alive is acknowledged only after a quorum confirmed this
+//     member's leadership after the request arrived (raft VerifyLeader,
+//     shared by concurrent keep-alives). So no deposed leader acknowledges a
+//     keep-alive after a new leader could have restarted the deadlines; the
+//     new leader needs to add no overlap.
+//
+// Concurrency: Table is not safe for concurrent use; the FSM serializes it.
+// Tracker is safe for concurrent use.
+package lease
+
+import (
+	"slices"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+)
+
+// MaxTTL is etcd's largest lease TTL, in seconds.
+const MaxTTL = 9_000_000_000
+
+// Lease is one lease's replicated facts.
+type Lease struct {
+	ID int64
+	// TTL is the granted time to live, in seconds.
+	TTL int64
+	// Expiry is the lease's deadline on the lease clock, in milliseconds,
+	// once checkpointed; zero while the lease is "full": granted or renewed
+	// since its last checkpoint, so a new leader restarts it with its TTL.
+	Expiry int64
+}
+
+// Table is the replicated lease state. Its methods are deterministic.
+type Table struct {
+	leases map[int64]*Lease
+	clock  int64
+}
+
+// NewTable returns an empty table.
+func NewTable() *Table { return &Table{leases: map[int64]*Lease{}} }
+
+// Clock is the lease clock in milliseconds.
+func (t *Table) Clock() int64 { return t.clock }
+
+// Len is the number of live leases.
+func (t *Table) Len() int { return len(t.leases) }
+
+// Exists reports whether lease id is live.
+func (t *Table) Exists(id int64) bool {
+	_, ok := t.leases[id]
+	return ok
+}
+
+// Lookup returns lease id.
+func (t *Table) Lookup(id int64) (Lease, bool) {
+	l, ok := t.leases[id]
+	if !ok {
+		return Lease{}, false
+	}
+	return *l, true
+}
+
+// Grant adds a lease. Two grants of one ID can be in flight at once; the
+// second to apply is refused here.
+func (t *Table) Grant(id, ttl int64) error {
+	if id <= 0 {
+		return rpctypes.ErrGRPCLeaseNotFound
+	}
+	if _, ok := t.leases[id]; ok {
+		return rpctypes.ErrGRPCLeaseExist
+	}
+	t.leases[id] = &Lease{ID: id, TTL: ttl}
+	return nil
+}
+
+// Revoke removes a lease; the caller deletes its keys in the same step.
+func (t *Table) Revoke(id int64) error {
+	if _, ok := t.leases[id]; !ok {
+		return rpctypes.ErrGRPCLeaseNotFound
+	}
+	delete(t.leases, id)
+	return nil
+}
+
+// Apply applies a checkpoint entry: resets first, then checkpointed
+// expiries, then the clock. Leases that no longer exist are skipped: a
+// revoke may have applied between the leader's decision and this entry.
+func (t *Table) Apply(c *Checkpoint) {
+	for _, id := range c.Resets {
+		if l, ok := t.leases[id]; ok {
+			l.Expiry = 0
+		}
+	}
+	for _, e := range c.Expiries {
+		if l, ok := t.leases[e.ID]; ok {
+			l.Expiry = e.Expiry
+		}
+	}
+	// The clock never runs backwards, whatever a stale entry says.
+	t.clock = max(t.clock, c.Clock)
+}
+
+// Leases returns every lease, ordered by ID.
+func (t *Table) Leases() []Lease {
+	out := make([]Lease, 0, len(t.leases))
+	for _, l := range t.leases {
+		out = append(out, *l)
+	}
+	slices.SortFunc(out, func(a, b Lease) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Restore replaces the table's content.
+func (t *Table) Restore(clock int64, leases []Lease) {
+	t.clock = clock
+	t.leases = make(map[int64]*Lease, len(leases))
+	for _, l := range leases {
+		t.leases[l.ID] = &l
+	}
+}

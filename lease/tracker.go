@@ -1,0 +1,339 @@
+package lease
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+)
+
+// Clock is the leader's monotonic clock. time.Now carries a monotonic
+// reading, so the production clock is SystemClock; tests pass a fake.
+type Clock interface {
+	Now() time.Time
+}
+
+// SystemClock reads time.Now.
+type SystemClock struct{}
+
+// Now implements Clock.
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// TrackerConfig tunes the tracker.
+type TrackerConfig struct {
+	// CheckpointAfter is how long a lease goes without a keep-alive before
+	// its deadline is checkpointed. Until then a new leader would restart it
+	// with its full TTL, so this bounds the extension a leader change can
+	// give a lease whose holder stopped. Holders that renew more often than
+	// this never cost a log entry per keep-alive.
+	CheckpointAfter time.Duration
+}
+
+// Tracker is the leader's view of lease deadlines. It is inert until
+// Promote and after Demote; every method is safe for concurrent use.
+//
+// Expired never walks unexpired leases: deadlines sit in a min-heap. Leases
+// waiting to be checkpointed sit in a FIFO of renewal times, which arrive in
+// clock order, so TakeCheckpoint touches only leases that are due.
+type Tracker struct {
+	mu     sync.Mutex
+	clock  Clock
+	cfg    TrackerConfig
+	active bool
+
+	// The lease clock reads clockBase at clockStart and runs with the
+	// monotonic clock from there.
+	clockBase  int64
+	clockStart time.Time
+
+	byID         map[int64]*entry
+	deadlines    entryHeap
+	renewals     []renewal // FIFO by renewal time, lazily pruned
+	resets       []int64
+	checkpointed int
+	seq          uint64 // checkpoint batches handed out
+}
+
+type entry struct {
+	id           int64
+	ttl          time.Duration
+	deadline     time.Time
+	renewed      time.Time
+	checkpointed bool
+	expiring     bool
+	index        int // in deadlines; -1 when not there
+}
+
+type renewal struct {
+	at time.Time
+	id int64
+}
+
+// NewTracker returns an inactive tracker.
+func NewTracker(clock Clock, cfg TrackerConfig) *Tracker {
+	if cfg.CheckpointAfter <= 0 {
+		cfg.CheckpointAfter = time.Second
+	}
+	return &Tracker{clock: clock, cfg: cfg, byID: map[int64]*entry{}}
+}
+
+// Promote activates the tracker on a new leader, restarting every deadline
+// from the replicated state: a full lease gets its whole TTL from now, a
+// checkpointed one what its checkpoint left on the lease clock. The caller
+// holds the FSM still (no lease entry applies) while this runs.
+func (t *Tracker) Promote(leaseClock int64, leases []Lease) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.clock.Now()
+	t.reset()
+	t.active = true
+	t.clockBase, t.clockStart = leaseClock, now
+	for _, l := range leases {
+		e := &entry{id: l.ID, ttl: seconds(l.TTL), renewed: now, index: -1}
+		if l.Expiry == 0 {
+			e.deadline = now.Add(e.ttl)
+			t.renewals = append(t.renewals, renewal{now, l.ID})
+		} else {
+			e.deadline = now.Add(time.Duration(l.Expiry-leaseClock) * time.Millisecond)
+			e.checkpointed = true
+			t.checkpointed++
+		}
+		t.byID[l.ID] = e
+		t.deadlines = append(t.deadlines, e)
+	}
+	for i, e := range t.deadlines {
+		e.index = i
+	}
+	heap.Init(&t.deadlines)
+}
+
+// Demote deactivates the tracker: a deposed leader decides nothing.
+func (t *Tracker) Demote() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.reset()
+}
+
+func (t *Tracker) reset() {
+	t.active = false
+	t.byID = map[int64]*entry{}
+	t.deadlines = nil
+	t.renewals = nil
+	t.resets = nil
+	t.checkpointed = 0
+}
+
+// Active reports whether the tracker decides expiry (this member leads).
+func (t *Tracker) Active() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.active
+}
+
+// Len is the number of leases tracked.
+func (t *Tracker) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.byID)
+}
+
+// Granted records a grant as it applies on the leader: its deadline starts
+// now, after the grant committed, so it is never earlier than the holder's.
+func (t *Tracker) Granted(id, ttl int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.active {
+		return
+	}
+	if old, ok := t.byID[id]; ok {
+		t.remove(old)
+	}
+	now := t.clock.Now()
+	e := &entry{id: id, ttl: seconds(ttl), deadline: now.Add(seconds(ttl)), renewed: now}
+	t.byID[id] = e
+	heap.Push(&t.deadlines, e)
+	t.renewals = append(t.renewals, renewal{now, id})
+}
+
+// Removed records a revoke or expiry as it applies.
+func (t *Tracker) Removed(id int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.byID[id]; ok {
+		t.remove(e)
+	}
+}
+
+func (t *Tracker) remove(e *entry) {
+	if e.index >= 0 {
+		heap.Remove(&t.deadlines, e.index)
+	}
+	if e.checkpointed {
+		t.checkpointed--
+	}
+	delete(t.byID, e.id)
+}
+
+// Renewal is the outcome of a keep-alive.
+type Renewal struct {
+	// TTL is the TTL granted from now, in seconds; zero if the lease is
+	// gone or already expired (the holder must stop).
+	TTL int64
+	// ResetSeq, when nonzero, is the checkpoint batch that carries this
+	// lease's reset: the keep-alive may be acknowledged only once that batch
+	// has committed (see the package comment).
+	ResetSeq uint64
+}
+
+// Renew extends lease id by its TTL from now. The caller has confirmed
+// leadership after the request arrived.
+func (t *Tracker) Renew(id int64) Renewal {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.byID[id]
+	if !t.active || !ok || e.expiring {
+		return Renewal{}
+	}
+	now := t.clock.Now()
+	if !now.Before(e.deadline) {
+		// Its time is up even if the expiry is not yet proposed; renewing
+		// now would resurrect a lease the holder may already have given up.
+		return Renewal{}
+	}
+	e.deadline = now.Add(e.ttl)
+	heap.Fix(&t.deadlines, e.index)
+	e.renewed = now
+	t.renewals = append(t.renewals, renewal{now, id})
+	r := Renewal{TTL: int64(e.ttl / time.Second)}
+	if e.checkpointed {
+		e.checkpointed = false
+		t.checkpointed--
+		t.resets = append(t.resets, id)
+		r.ResetSeq = t.seq + 1
+	}
+	return r
+}
+
+// Remaining is lease id's remaining time to live in whole seconds (the
+// lease expires in under Remaining+1 seconds) and its granted TTL.
+func (t *Tracker) Remaining(id int64) (remaining, granted int64, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, found := t.byID[id]
+	if !t.active || !found {
+		return 0, 0, false
+	}
+	left := e.deadline.Sub(t.clock.Now())
+	if left < 0 || e.expiring {
+		left = 0
+	}
+	return int64(left / time.Second), int64(e.ttl / time.Second), true
+}
+
+// NextDeadline is the earliest deadline not yet proposed for expiry.
+func (t *Tracker) NextDeadline() (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.active || len(t.deadlines) == 0 {
+		return time.Time{}, false
+	}
+	return t.deadlines[0].deadline, true
+}
+
+// Expired takes up to limit leases whose deadline has passed, ordered by
+// deadline, and marks them as being expired. The caller proposes their
+// expiry and calls Unexpire for those whose proposal failed.
+func (t *Tracker) Expired(limit int) []int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.active {
+		return nil
+	}
+	now := t.clock.Now()
+	var out []int64
+	for len(t.deadlines) > 0 && len(out) < limit && !now.Before(t.deadlines[0].deadline) {
+		e := heap.Pop(&t.deadlines).(*entry)
+		e.expiring = true
+		out = append(out, e.id)
+	}
+	return out
+}
+
+// Unexpire returns leases whose expiry proposal failed to the heap, with
+// their deadlines unchanged, so the next Expired retries them.
+func (t *Tracker) Unexpire(ids []int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, id := range ids {
+		if e, ok := t.byID[id]; ok && e.expiring {
+			e.expiring = false
+			heap.Push(&t.deadlines, e)
+		}
+	}
+}
+
+// TakeCheckpoint returns the next checkpoint entry to propose and its
+// sequence number, or nil when there is nothing to say: no reset waiting,
+// no lease due, and no checkpointed lease whose clock needs to advance.
+// Leases are marked checkpointed as they are taken; a keep-alive that
+// arrives afterwards resets them in a later batch, which the caller
+// proposes after this one, so the reset always applies last.
+func (t *Tracker) TakeCheckpoint(limit int) (*Checkpoint, uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.active {
+		return nil, 0
+	}
+	now := t.clock.Now()
+	leaseClock := t.clockBase + int64(now.Sub(t.clockStart)/time.Millisecond)
+	c := &Checkpoint{Clock: leaseClock, Resets: t.resets}
+	t.resets = nil
+	due := now.Add(-t.cfg.CheckpointAfter)
+	n := 0
+	for n < len(t.renewals) && len(c.Expiries) < limit && !t.renewals[n].at.After(due) {
+		r := t.renewals[n]
+		n++
+		e, ok := t.byID[r.id]
+		if !ok || e.expiring || e.checkpointed || !e.renewed.Equal(r.at) {
+			continue // superseded by a later renewal, or gone
+		}
+		left := e.deadline.Sub(now)
+		// Round up: a checkpoint may extend a lease by a millisecond, never
+		// shorten it.
+		ms := int64((left + time.Millisecond - 1) / time.Millisecond)
+		c.Expiries = append(c.Expiries, Expiry{ID: e.id, Expiry: leaseClock + max(ms, 0)})
+		e.checkpointed = true
+		t.checkpointed++
+	}
+	t.renewals = t.renewals[n:]
+	if len(c.Resets) == 0 && len(c.Expiries) == 0 && t.checkpointed == 0 {
+		return nil, 0
+	}
+	t.seq++
+	return c, t.seq
+}
+
+func seconds(s int64) time.Duration { return time.Duration(s) * time.Second }
+
+// entryHeap orders entries by deadline.
+type entryHeap []*entry
+
+func (h entryHeap) Len() int           { return len(h) }
+func (h entryHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h entryHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *entryHeap) Push(x any) {
+	e := x.(*entry)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *entryHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	e.index = -1
+	*h = old[:len(old)-1]
+	return e
+}

@@ -1,0 +1,322 @@
+// Package member starts one corenode member from a Config: it opens the
+// listeners, starts the node and serves the etcd v3 API, the peer port and
+// the HTTP endpoints. The corenode command and the in-process cluster tests
+// both start members through it, so tests exercise exactly what ships.
+package member
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/corenode/corenode/node"
+	"github.com/corenode/corenode/transport"
+)
+
+// Config is one member's configuration; the corenode command fills it from
+// etcd-named flags.
+type Config struct {
+	Name                     string
+	DataDir                  string
+	ListenClientURLs         []string
+	AdvertiseClientURLs      []string
+	ListenPeerURLs           []string
+	InitialAdvertisePeerURLs []string
+	// InitialCluster is "name=peerURL,name=peerURL,..." as etcd takes it.
+	InitialCluster      string
+	InitialClusterState string // "new" or "existing"
+	InitialClusterToken string
+
+	HeartbeatInterval time.Duration
+	ElectionTimeout   time.Duration
+	SnapshotCount     uint64
+	MaxRequestBytes   int
+	MaxTxnOps         int
+
+	// Listeners already bound, used instead of opening the listen URLs
+	// (tests bind port 0 first so they know the addresses).
+	PeerListener    net.Listener
+	ClientListeners []net.Listener
+
+	Logger *slog.Logger
+	// RaftLog receives hashicorp/raft's own log lines; nil means stderr.
+	RaftLog io.Writer
+}
+
+// Member is a running member.
+type Member struct {
+	cfg     Config
+	log     *slog.Logger
+	node    *node.Node
+	server  *transport.Server
+	peerMux *transport.PeerMux
+	clients []*transport.ClientMux
+	grpc    *grpc.Server
+	peer    *grpc.Server
+	http    *http.Server
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	once    sync.Once
+	err     error
+}
+
+// ParseInitialCluster parses etcd's --initial-cluster form into name -> peer URLs.
+func ParseInitialCluster(s string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, u, ok := strings.Cut(part, "=")
+		if !ok || name == "" || u == "" {
+			return nil, fmt.Errorf("--initial-cluster: %q is not name=peer-url", part)
+		}
+		if _, err := hostPort(u); err != nil {
+			return nil, fmt.Errorf("--initial-cluster: member %s: %w", name, err)
+		}
+		out[name] = append(out[name], u)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("--initial-cluster is empty")
+	}
+	return out, nil
+}
+
+func hostPort(rawURL string) (string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", fmt.Errorf("bad URL %q: %w", rawURL, err)
+	}
+	if u.Scheme != "http" {
+		return "", fmt.Errorf("bad URL %q: only http:// is supported yet", rawURL)
+	}
+	if u.Port() == "" {
+		return "", fmt.Errorf("bad URL %q: a port is required", rawURL)
+	}
+	return u.Host, nil
+}
+
+// Start starts a member and returns once it serves; the cluster may still be
+// electing a leader.
+func Start(cfg Config) (*Member, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.InitialClusterToken == "" {
+		cfg.InitialClusterToken = "corenode-cluster"
+	}
+	logger := cfg.Logger.With("member", cfg.Name)
+	initial, err := ParseInitialCluster(cfg.InitialCluster)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := initial[cfg.Name]; !ok {
+		return nil, fmt.Errorf("--initial-cluster has no member named %q (--name)", cfg.Name)
+	}
+	if !slices.Equal(sorted(initial[cfg.Name]), sorted(cfg.InitialAdvertisePeerURLs)) {
+		return nil, fmt.Errorf("--initial-cluster gives %s peer URLs %v but --initial-advertise-peer-urls is %v",
+			cfg.Name, initial[cfg.Name], cfg.InitialAdvertisePeerURLs)
+	}
+	var servers []raft.Server
+	for name, urls := range initial {
+		addr, _ := hostPort(urls[0])
+		servers = append(servers, raft.Server{Suffrage: raft.Voter,
+			ID: node.ServerID(node.MemberID(urls, cfg.InitialClusterToken)), Address: raft.ServerAddress(addr)})
+		_ = name
+	}
+	slices.SortFunc(servers, func(a, b raft.Server) int { return strings.Compare(string(a.ID), string(b.ID)) })
+	advPeer, err := hostPort(cfg.InitialAdvertisePeerURLs[0])
+	if err != nil {
+		return nil, fmt.Errorf("--initial-advertise-peer-urls: %w", err)
+	}
+	var bootstrap bool
+	switch cfg.InitialClusterState {
+	case "", "new":
+		bootstrap = true
+	case "existing":
+	default:
+		return nil, fmt.Errorf("--initial-cluster-state must be new or existing, not %q", cfg.InitialClusterState)
+	}
+
+	m := &Member{cfg: cfg, log: logger}
+	ok := false
+	defer func() {
+		if !ok {
+			m.closeListeners()
+		}
+	}()
+	peerLn := cfg.PeerListener
+	if peerLn == nil {
+		if len(cfg.ListenPeerURLs) == 0 {
+			return nil, errors.New("--listen-peer-urls is empty")
+		}
+		hp, err := hostPort(cfg.ListenPeerURLs[0])
+		if err != nil {
+			return nil, fmt.Errorf("--listen-peer-urls: %w", err)
+		}
+		if peerLn, err = net.Listen("tcp", hp); err != nil {
+			return nil, fmt.Errorf("listen for peers: %w", err)
+		}
+	}
+	if m.peerMux, err = transport.NewPeerMux(peerLn, advPeer, logger); err != nil {
+		peerLn.Close()
+		return nil, err
+	}
+	clientLns := cfg.ClientListeners
+	if clientLns == nil {
+		for _, u := range cfg.ListenClientURLs {
+			hp, err := hostPort(u)
+			if err != nil {
+				return nil, fmt.Errorf("--listen-client-urls: %w", err)
+			}
+			ln, err := net.Listen("tcp", hp)
+			if err != nil {
+				return nil, fmt.Errorf("listen for clients: %w", err)
+			}
+			clientLns = append(clientLns, ln)
+		}
+	}
+	for _, ln := range clientLns {
+		m.clients = append(m.clients, transport.NewClientMux(ln, logger))
+	}
+
+	m.node, err = node.New(node.Config{
+		Name:              cfg.Name,
+		DataDir:           cfg.DataDir,
+		ID:                node.MemberID(cfg.InitialAdvertisePeerURLs, cfg.InitialClusterToken),
+		PeerURLs:          cfg.InitialAdvertisePeerURLs,
+		ClientURLs:        cfg.AdvertiseClientURLs,
+		Transport:         m.peerMux.RaftTransport(logger),
+		Bootstrap:         bootstrap,
+		InitialMembers:    servers,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		ElectionTimeout:   cfg.ElectionTimeout,
+		SnapshotCount:     cfg.SnapshotCount,
+		Logger:            logger,
+		RaftLog:           cfg.RaftLog,
+	})
+	if err != nil {
+		return nil, err
+	}
+	m.server = transport.NewServer(m.node, transport.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps},
+		cfg.ElectionTimeout, logger)
+	m.server.SetClusterToken(cfg.InitialClusterToken)
+
+	maxRecv := cfg.MaxRequestBytes
+	if maxRecv == 0 {
+		maxRecv = 1536 * 1024
+	}
+	opts := []grpc.ServerOption{
+		// As etcd: room for the request plus gRPC framing, so an oversized
+		// request gets etcd's "request is too large" from our own check.
+		grpc.MaxRecvMsgSize(maxRecv + 512*1024),
+		grpc.MaxSendMsgSize(64 << 20),
+		grpc.MaxConcurrentStreams(1 << 20),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	}
+	m.grpc = grpc.NewServer(opts...)
+	m.server.Register(m.grpc)
+	m.peer = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
+	m.server.RegisterPeer(m.peer)
+	m.http = &http.Server{Handler: m.server.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+
+	m.serve(func() error { return m.peer.Serve(m.peerMux.GRPCListener()) })
+	for _, c := range m.clients {
+		m.serve(func() error { return m.grpc.Serve(c.GRPC()) })
+		m.serve(func() error { return m.http.Serve(c.HTTP()) })
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.server.PublishSelf(ctx)
+	}()
+	ok = true
+	logger.Info("serving", "client", m.ClientAddrs(), "peer", peerLn.Addr().String(), "data-dir", cfg.DataDir,
+		"id", fmt.Sprintf("%x", m.node.ID()))
+	return m, nil
+}
+
+func sorted(s []string) []string {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	return c
+}
+
+func (m *Member) serve(f func() error) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		if err := f(); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, http.ErrServerClosed) &&
+			!errors.Is(err, grpc.ErrServerStopped) {
+			m.log.Error("server stopped", "err", err)
+		}
+	}()
+}
+
+// Node is the member's node.
+func (m *Member) Node() *node.Node { return m.node }
+
+// ID is the member's ID.
+func (m *Member) ID() uint64 { return m.node.ID() }
+
+// ClientAddrs are the bound client addresses.
+func (m *Member) ClientAddrs() []string {
+	var out []string
+	for _, c := range m.clients {
+		out = append(out, c.GRPC().Addr().String())
+	}
+	return out
+}
+
+func (m *Member) closeListeners() {
+	if m.peerMux != nil {
+		m.peerMux.Close()
+	}
+	for _, c := range m.clients {
+		c.Close()
+	}
+}
+
+// Close stops the member: a leader hands leadership over first, then client
+// traffic stops, then raft.
+func (m *Member) Close() error {
+	m.once.Do(func() {
+		m.cancel()
+		m.closeListeners()
+		stopped := make(chan struct{})
+		go func() {
+			m.grpc.GracefulStop()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-time.After(2 * time.Second):
+			// Watch streams never end by themselves.
+			m.grpc.Stop()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		m.http.Shutdown(ctx)
+		cancel()
+		m.err = m.node.Close()
+		m.peer.Stop()
+		m.server.Close()
+		m.wg.Wait()
+	})
+	return m.err
+}

@@ -1,0 +1,590 @@
+// Package node is the composition root of one corenode member: it owns the
+// raft.Raft instance and its stores, the FSM, the single proposal pipeline,
+// the reaction to leadership changes, and the linearizable-read barrier.
+//
+// Everything that changes replicated state goes through Propose, so gates
+// that must see every write (such as read leases, later) have one place to
+// live.
+package node
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/kv"
+)
+
+// Config configures one member.
+type Config struct {
+	Name    string
+	DataDir string
+	// ID is this member's ID; see MemberID.
+	ID uint64
+	// PeerURLs are this member's advertised peer URLs; the first one's host:port
+	// is its raft address.
+	PeerURLs   []string
+	ClientURLs []string
+	// Transport carries raft RPCs between members.
+	Transport raft.Transport
+	// Bootstrap, when the data dir holds no raft state, starts a new cluster
+	// with InitialMembers (every initial member bootstraps with the same list).
+	// Without it the member waits to be added by an existing cluster.
+	Bootstrap      bool
+	InitialMembers []raft.Server
+
+	HeartbeatInterval time.Duration
+	ElectionTimeout   time.Duration
+	// SnapshotCount is the number of applied entries that triggers a snapshot
+	// and log truncation.
+	SnapshotCount uint64
+	// SnapshotInterval is how often raft checks SnapshotCount.
+	SnapshotInterval time.Duration
+
+	Logger *slog.Logger
+	// RaftLog receives hashicorp/raft's own warnings; nil means stderr.
+	RaftLog io.Writer
+}
+
+// LeaderService is leader-only machinery. Run is started after the new
+// leader has applied every entry of earlier terms (a barrier), so it never
+// acts on a stale FSM, and ctx is cancelled the moment leadership is lost.
+// Run must return promptly after ctx is done.
+type LeaderService interface {
+	Run(ctx context.Context, term uint64)
+}
+
+// Node is one running member.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	fsm   *fsm.FSM
+	raft  *raft.Raft
+	bolt  *raftboltdb.BoltStore
+	snaps *raft.FileSnapshotStore
+
+	// readyTerm is the term in which this member, as leader, has applied all
+	// earlier entries; linearizable reads wait for it.
+	readyTerm atomic.Uint64
+
+	rmu       sync.Mutex
+	nextRead  *readBatch
+	verifying bool
+
+	smu      sync.Mutex
+	services []LeaderService
+
+	stop     chan struct{}
+	done     sync.WaitGroup
+	closeErr error
+	closed   sync.Once
+}
+
+// MemberID derives a member's ID from its peer URLs and the cluster token, as
+// etcd does, so a member started to join an existing cluster knows its own ID
+// without asking anyone.
+func MemberID(peerURLs []string, token string) uint64 {
+	urls := slices.Clone(peerURLs)
+	slices.Sort(urls)
+	h := sha256.New()
+	for _, u := range urls {
+		h.Write([]byte(u))
+		h.Write([]byte{0})
+	}
+	h.Write([]byte(token))
+	id := binary.BigEndian.Uint64(h.Sum(nil)[:8])
+	if id == 0 { // zero means "none" in the etcd API
+		id = 1
+	}
+	return id
+}
+
+// ServerID is the raft server ID of a member ID.
+func ServerID(id uint64) raft.ServerID { return raft.ServerID(strconv.FormatUint(id, 16)) }
+
+// ParseServerID is the inverse of ServerID.
+func ParseServerID(s raft.ServerID) (uint64, error) {
+	return strconv.ParseUint(string(s), 16, 64)
+}
+
+// New opens the data dir, restores state and starts raft.
+func New(cfg Config) (*Node, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = 100 * time.Millisecond
+	}
+	if cfg.ElectionTimeout == 0 {
+		cfg.ElectionTimeout = time.Second
+	}
+	if cfg.SnapshotCount == 0 {
+		cfg.SnapshotCount = 10000
+	}
+	if cfg.SnapshotInterval == 0 {
+		cfg.SnapshotInterval = 30 * time.Second
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("node: data dir: %w", err)
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger), stop: make(chan struct{})}
+
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	if err != nil {
+		return nil, fmt.Errorf("node: open raft log %s: %w", cfg.DataDir, err)
+	}
+	n.bolt = bolt
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hclog.NewNullLogger())
+	if err != nil {
+		bolt.Close()
+		return nil, fmt.Errorf("node: open snapshot store: %w", err)
+	}
+	n.snaps = snaps
+	logs, err := raft.NewLogCache(1024, bolt)
+	if err != nil {
+		bolt.Close()
+		return nil, fmt.Errorf("node: log cache: %w", err)
+	}
+
+	notify := make(chan bool, 16)
+	rc := raft.DefaultConfig()
+	rc.LocalID = ServerID(cfg.ID)
+	// hashicorp/raft derives its heartbeat period from HeartbeatTimeout/10;
+	// etcd users think in heartbeat interval and election timeout, so map
+	// both onto the election timeout and keep the leader lease at half of it:
+	// a leader that hears from no quorum for that long steps down, which is
+	// what bounds how long a deposed leader can still act (see ReadBarrier).
+	rc.HeartbeatTimeout = cfg.ElectionTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = cfg.ElectionTimeout / 2
+	rc.CommitTimeout = 5 * time.Millisecond
+	rc.SnapshotThreshold = cfg.SnapshotCount
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.SnapshotCount
+	rc.MaxAppendEntries = 512
+	rc.BatchApplyCh = true
+	rc.NotifyCh = notify
+	if cfg.RaftLog == nil {
+		cfg.RaftLog = os.Stderr
+	}
+	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: cfg.RaftLog})
+
+	if cfg.Bootstrap {
+		has, err := raft.HasExistingState(logs, bolt, snaps)
+		if err != nil {
+			bolt.Close()
+			return nil, fmt.Errorf("node: inspect raft state: %w", err)
+		}
+		if !has {
+			if err := raft.BootstrapCluster(rc, logs, bolt, snaps, cfg.Transport,
+				raft.Configuration{Servers: cfg.InitialMembers}); err != nil {
+				bolt.Close()
+				return nil, fmt.Errorf("node: bootstrap: %w", err)
+			}
+			n.log.Info("bootstrapped new cluster", "members", len(cfg.InitialMembers))
+		}
+	}
+
+	r, err := raft.NewRaft(rc, n.fsm, logs, bolt, snaps, cfg.Transport)
+	if err != nil {
+		bolt.Close()
+		return nil, fmt.Errorf("node: start raft: %w", err)
+	}
+	n.raft = r
+	n.done.Add(1)
+	go n.watchLeadership(notify)
+	return n, nil
+}
+
+// Close stops raft and closes the stores. If this member leads, it first
+// tries to hand leadership over so clients see no election timeout.
+func (n *Node) Close() error {
+	n.closed.Do(func() {
+		close(n.stop)
+		if n.raft.State() == raft.Leader && n.voters() > 1 {
+			if err := n.raft.LeadershipTransfer().Error(); err != nil {
+				n.log.Warn("leadership transfer before stop failed", "err", err)
+			}
+		}
+		if err := n.raft.Shutdown().Error(); err != nil {
+			n.closeErr = fmt.Errorf("node: raft shutdown: %w", err)
+		}
+		n.done.Wait()
+		if err := n.bolt.Close(); err != nil && n.closeErr == nil {
+			n.closeErr = fmt.Errorf("node: close raft log: %w", err)
+		}
+	})
+	return n.closeErr
+}
+
+func (n *Node) voters() int {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	c := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			c++
+		}
+	}
+	return c
+}
+
+// AddLeaderService registers machinery that runs only while this member
+// leads. Register before the first election for it to see every term.
+func (n *Node) AddLeaderService(s LeaderService) {
+	n.smu.Lock()
+	n.services = append(n.services, s)
+	n.smu.Unlock()
+}
+
+// watchLeadership turns raft's leadership notifications into the leader
+// term's lifetime: barrier first, then leader services, all cancelled on loss.
+func (n *Node) watchLeadership(notify <-chan bool) {
+	defer n.done.Done()
+	var cancel context.CancelFunc
+	var wg sync.WaitGroup
+	stepDown := func() {
+		n.readyTerm.Store(0)
+		if cancel != nil {
+			cancel()
+			wg.Wait()
+			cancel = nil
+		}
+	}
+	defer stepDown()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case leader := <-notify:
+			stepDown()
+			if !leader {
+				n.log.Info("lost leadership")
+				continue
+			}
+			ctx, stop := context.WithCancel(context.Background())
+			cancel = stop
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n.lead(ctx)
+			}()
+		}
+	}
+}
+
+func (n *Node) lead(ctx context.Context) {
+	term := n.raft.CurrentTerm()
+	for {
+		// The barrier applies every entry of earlier terms on this member,
+		// so reads and leader services see everything ever acknowledged.
+		err := n.raft.Barrier(n.cfg.ElectionTimeout * 5).Error()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || n.raft.State() != raft.Leader {
+			return
+		}
+		n.log.Warn("leader barrier failed, retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if n.raft.CurrentTerm() != term {
+		return
+	}
+	n.readyTerm.Store(term)
+	n.log.Info("leading", "term", term, "applied", n.raft.AppliedIndex())
+	n.smu.Lock()
+	services := slices.Clone(n.services)
+	n.smu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range services {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.Run(ctx, term)
+		}()
+	}
+	wg.Wait()
+}
+
+// FSM is the member's state machine, for reads and watches.
+func (n *Node) FSM() *fsm.FSM { return n.fsm }
+
+// Store is the member's kv state, for reads and watches.
+func (n *Node) Store() *kv.Store { return n.fsm.Store() }
+
+// ID is this member's ID.
+func (n *Node) ID() uint64 { return n.cfg.ID }
+
+// Name is this member's name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// ClusterID is the replicated cluster ID (zero before the first entry applies).
+func (n *Node) ClusterID() uint64 { return n.fsm.ClusterID() }
+
+// Term is the current raft term.
+func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }
+
+// IsLeader reports whether this member is the raft leader right now.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Leader returns the current leader's member ID and raft (peer) address, or
+// zero and "" when there is none known.
+func (n *Node) Leader() (uint64, string) {
+	addr, sid := n.raft.LeaderWithID()
+	if sid == "" {
+		return 0, ""
+	}
+	id, err := ParseServerID(sid)
+	if err != nil {
+		return 0, ""
+	}
+	return id, string(addr)
+}
+
+// Raft exposes raft indexes and stats for status reporting.
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// ErrNotLeader is returned by leader-only calls on a follower; the caller
+// forwards the request to the leader.
+var ErrNotLeader = errors.New("node: not the leader")
+
+// Propose replicates one command and returns the FSM's response once the
+// entry is committed on a quorum (fsynced) and applied on this member. It is
+// the only way replicated state changes.
+//
+// A proposal cannot be withdrawn once handed to raft: if ctx ends first the
+// caller stops waiting, but the command may still commit. The wait itself is
+// bounded: a leader that loses its quorum steps down after the leader lease
+// timeout and fails every pending future.
+func (n *Node) Propose(ctx context.Context, op fsm.Op, msg fsm.Message) (any, error) {
+	if n.raft.State() != raft.Leader {
+		return nil, ErrNotLeader
+	}
+	data, err := fsm.Encode(op, msg)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f := n.raft.Apply(data, n.cfg.ElectionTimeout)
+	if err := f.Error(); err != nil {
+		switch {
+		case errors.Is(err, raft.ErrNotLeader):
+			return nil, ErrNotLeader
+		case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return nil, rpctypes.ErrGRPCLeaderChanged
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return nil, rpctypes.ErrGRPCStopped
+		case errors.Is(err, raft.ErrEnqueueTimeout):
+			return nil, rpctypes.ErrGRPCTimeout
+		}
+		return nil, fmt.Errorf("node: propose %s: %w", op, err)
+	}
+	res, ok := f.Response().(fsm.Result)
+	if !ok {
+		return nil, fmt.Errorf("node: propose %s: unexpected apply result %T", op, f.Response())
+	}
+	return res.Resp, res.Err
+}
+
+type readBatch struct {
+	done chan struct{}
+	err  error
+}
+
+// ReadBarrier returns once a read of this member's state, made after it
+// returns, is linearizable: this member is the leader of the current term,
+// has applied every entry of earlier terms, and a quorum has confirmed its
+// leadership after the call began. Every write acknowledged before the call
+// began was applied on the leader before it was acknowledged, so the local
+// state includes it.
+//
+// Concurrent callers share one leadership confirmation: a caller joins the
+// next round that has not started yet, never one already in flight (that
+// round's heartbeats may predate the caller, and a newer leader could have
+// acknowledged writes since).
+func (n *Node) ReadBarrier(ctx context.Context) error {
+	if n.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	n.rmu.Lock()
+	if n.nextRead == nil {
+		n.nextRead = &readBatch{done: make(chan struct{})}
+	}
+	b := n.nextRead
+	if !n.verifying {
+		n.verifying = true
+		go n.verifyRounds()
+	}
+	n.rmu.Unlock()
+	select {
+	case <-b.done:
+		return b.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (n *Node) verifyRounds() {
+	for {
+		n.rmu.Lock()
+		b := n.nextRead
+		n.nextRead = nil
+		if b == nil {
+			n.verifying = false
+			n.rmu.Unlock()
+			return
+		}
+		n.rmu.Unlock()
+		b.err = n.verifyOnce()
+		close(b.done)
+	}
+}
+
+func (n *Node) verifyOnce() error {
+	term := n.raft.CurrentTerm()
+	if n.readyTerm.Load() != term {
+		// A fresh leader that has not applied its predecessors' entries yet
+		// cannot answer; wait briefly for its barrier rather than fail.
+		deadline := time.Now().Add(n.cfg.ElectionTimeout)
+		for n.readyTerm.Load() != n.raft.CurrentTerm() {
+			if n.raft.State() != raft.Leader {
+				return ErrNotLeader
+			}
+			if time.Now().After(deadline) {
+				return rpctypes.ErrGRPCTimeout
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		term = n.raft.CurrentTerm()
+	}
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return ErrNotLeader
+		}
+		return fmt.Errorf("node: verify leadership: %w", err)
+	}
+	if n.raft.CurrentTerm() != term {
+		return ErrNotLeader
+	}
+	return nil
+}
+
+// Members lists the cluster's members: raft's configuration joined with what
+// each member published about itself.
+func (n *Node) Members() ([]*pb.Member, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, fmt.Errorf("node: read configuration: %w", err)
+	}
+	var out []*pb.Member
+	for _, s := range f.Configuration().Servers {
+		id, err := ParseServerID(s.ID)
+		if err != nil {
+			continue
+		}
+		m := &pb.Member{ID: id, IsLearner: s.Suffrage != raft.Voter}
+		if pm := n.fsm.Member(id); pm != nil {
+			m.Name, m.ClientURLs, m.PeerURLs = pm.Name, pm.ClientURLs, pm.PeerURLs
+		}
+		if len(m.PeerURLs) == 0 {
+			m.PeerURLs = []string{n.peerScheme() + "://" + string(s.Address)}
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func (n *Node) peerScheme() string {
+	if len(n.cfg.PeerURLs) > 0 && strings.HasPrefix(n.cfg.PeerURLs[0], "https://") {
+		return "https"
+	}
+	return "http"
+}
+
+// Self is what this member publishes about itself.
+func (n *Node) Self() *pb.Member {
+	return &pb.Member{ID: n.cfg.ID, Name: n.cfg.Name, PeerURLs: n.cfg.PeerURLs, ClientURLs: n.cfg.ClientURLs}
+}
+
+// AddMember adds a voting member with the given peer URLs and returns it.
+// Leader only.
+func (n *Node) AddMember(peerURLs []string, id uint64, addr string) error {
+	if n.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	if err := n.raft.AddVoter(ServerID(id), raft.ServerAddress(addr), 0, 10*n.cfg.ElectionTimeout).Error(); err != nil {
+		return fmt.Errorf("node: add member %x: %w", id, err)
+	}
+	return nil
+}
+
+// RemoveMember removes a member. Leader only.
+func (n *Node) RemoveMember(id uint64) error {
+	if n.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	if err := n.raft.RemoveServer(ServerID(id), 0, 10*n.cfg.ElectionTimeout).Error(); err != nil {
+		return fmt.Errorf("node: remove member %x: %w", id, err)
+	}
+	return nil
+}
+
+// TransferLeadership hands leadership to member id. Leader only.
+func (n *Node) TransferLeadership(id uint64) error {
+	if n.raft.State() != raft.Leader {
+		return ErrNotLeader
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("node: read configuration: %w", err)
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.ID == ServerID(id) {
+			if err := n.raft.LeadershipTransferToServer(s.ID, s.Address).Error(); err != nil {
+				return fmt.Errorf("node: transfer leadership to %x: %w", id, err)
+			}
+			return nil
+		}
+	}
+	return rpctypes.ErrGRPCMemberNotFound
+}
+
+// WaitApplied blocks until this member has applied index, or ctx ends.
+func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
+	for n.raft.AppliedIndex() < index {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package transport
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/corenode/corenode/node"
+)
+
+type clusterService struct{ s *Server }
+
+func (c *clusterService) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	ms, err := c.s.node.Members()
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	return &pb.MemberListResponse{Header: c.s.header(nil), Members: ms}, nil
+}
+
+// ClusterToken is the --initial-cluster-token; MemberAdd derives new IDs from it.
+func (s *Server) SetClusterToken(token string) { s.token = token }
+
+func (c *clusterService) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
+	if r.IsLearner {
+		return nil, status.Error(codes.Unimplemented, "corenode: learner members are not supported")
+	}
+	addr, err := peerAddr(r.PeerURLs)
+	if err != nil {
+		return nil, err
+	}
+	id := node.MemberID(r.PeerURLs, c.s.token)
+	ms, err := c.s.node.Members()
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	for _, m := range ms {
+		if m.ID == id {
+			return nil, rpctypes.ErrGRPCMemberExist
+		}
+		for _, u := range m.PeerURLs {
+			if slices.Contains(r.PeerURLs, u) {
+				return nil, rpctypes.ErrGRPCPeerURLExist
+			}
+		}
+	}
+	_, err = onLeader(c.s, ctx, func(ctx context.Context) (*pb.MemberAddResponse, error) {
+		return nil, c.s.node.AddMember(r.PeerURLs, id, addr)
+	}, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberAddResponse, error) {
+		return pb.NewClusterClient(conn).MemberAdd(ctx, r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	ms, err = c.s.node.Members()
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	return &pb.MemberAddResponse{
+		Header:  c.s.header(nil),
+		Member:  &pb.Member{ID: id, PeerURLs: r.PeerURLs},
+		Members: ms,
+	}, nil
+}
+
+func (c *clusterService) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
+	ms, err := c.s.node.Members()
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	if !slices.ContainsFunc(ms, func(m *pb.Member) bool { return m.ID == r.ID }) {
+		return nil, rpctypes.ErrGRPCMemberNotFound
+	}
+	_, err = onLeader(c.s, ctx, func(ctx context.Context) (*pb.MemberRemoveResponse, error) {
+		return nil, c.s.node.RemoveMember(r.ID)
+	}, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberRemoveResponse, error) {
+		return pb.NewClusterClient(conn).MemberRemove(ctx, r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	ms, err = c.s.node.Members()
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	return &pb.MemberRemoveResponse{Header: c.s.header(nil), Members: ms}, nil
+}
+
+func (c *clusterService) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "corenode: changing a member's peer URLs is not supported; remove and re-add it")
+}
+
+func (c *clusterService) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
+	return nil, rpctypes.ErrGRPCMemberNotLearner
+}
+
+// peerAddr is the raft address (host:port) of a member's peer URLs.
+func peerAddr(urls []string) (string, error) {
+	if len(urls) == 0 {
+		return "", rpctypes.ErrGRPCMemberBadURLs
+	}
+	u, err := url.Parse(urls[0])
+	if err != nil || u.Host == "" || u.Port() == "" {
+		return "", rpctypes.ErrGRPCMemberBadURLs
+	}
+	return u.Host, nil
+}
+
+// PeerAddr is exported for the command line, which turns flags into addresses the same way.
+func PeerAddr(urls []string) (string, error) {
+	a, err := peerAddr(urls)
+	if err != nil {
+		return "", fmt.Errorf("transport: bad peer URLs %v", urls)
+	}
+	return a, nil
+}

@@ -1,0 +1,230 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Peer connections begin with one byte that names what the stream carries,
+// so raft and member-to-member gRPC share the one peer port that operators
+// configure (--listen-peer-urls), as etcd's peer port carries both.
+const (
+	streamRaft byte = 'R'
+	streamGRPC byte = 'G'
+)
+
+// preambleTimeout bounds how long a new connection may take to say what it
+// is, so a silent client cannot hold an accept slot.
+const preambleTimeout = 5 * time.Second
+
+// route is one destination of a mux: a net.Listener fed by the mux.
+type route struct {
+	addr   net.Addr
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newRoute(addr net.Addr) *route {
+	return &route{addr: addr, conns: make(chan net.Conn, 64), closed: make(chan struct{})}
+}
+
+func (r *route) Accept() (net.Conn, error) {
+	select {
+	case c := <-r.conns:
+		return c, nil
+	case <-r.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (r *route) Close() error {
+	r.once.Do(func() { close(r.closed) })
+	return nil
+}
+
+func (r *route) Addr() net.Addr { return r.addr }
+
+func (r *route) deliver(c net.Conn) {
+	select {
+	case r.conns <- c:
+	case <-r.closed:
+		c.Close()
+	}
+}
+
+// mux splits one listener into routes by looking at the first bytes of each
+// connection. classify gets a buffered reader positioned at the start of the
+// stream and returns the route, having consumed only what it must.
+type mux struct {
+	ln       net.Listener
+	log      *slog.Logger
+	classify func(br *bufio.Reader) (*route, error)
+	routes   []*route
+}
+
+func (m *mux) serve() {
+	for {
+		c, err := m.ln.Accept()
+		if err != nil {
+			for _, r := range m.routes {
+				r.Close()
+			}
+			if !errors.Is(err, net.ErrClosed) {
+				m.log.Error("accept failed", "addr", m.ln.Addr(), "err", err)
+			}
+			return
+		}
+		go m.route(c)
+	}
+}
+
+func (m *mux) route(c net.Conn) {
+	_ = c.SetReadDeadline(time.Now().Add(preambleTimeout))
+	br := bufio.NewReader(c)
+	r, err := m.classify(br)
+	if err != nil {
+		m.log.Debug("dropping connection", "remote", c.RemoteAddr(), "err", err)
+		c.Close()
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	r.deliver(&bufferedConn{Conn: c, r: br})
+}
+
+// bufferedConn replays what classification peeked before the rest of the stream.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+// PeerMux splits the peer listener into the raft stream layer and the
+// member-to-member gRPC listener.
+type PeerMux struct {
+	m    mux
+	raft *route
+	grpc *route
+	adv  net.Addr
+}
+
+// NewPeerMux serves ln; advertise is the address other members dial, which
+// raft records as this member's address.
+func NewPeerMux(ln net.Listener, advertise string, logger *slog.Logger) (*PeerMux, error) {
+	adv, err := net.ResolveTCPAddr("tcp", advertise)
+	if err != nil {
+		return nil, fmt.Errorf("transport: advertised peer address %q: %w", advertise, err)
+	}
+	p := &PeerMux{raft: newRoute(adv), grpc: newRoute(ln.Addr()), adv: adv}
+	p.m = mux{ln: ln, log: logger, routes: []*route{p.raft, p.grpc}}
+	p.m.classify = func(br *bufio.Reader) (*route, error) {
+		b, err := br.ReadByte()
+		if err != nil {
+			return nil, err
+		}
+		switch b {
+		case streamRaft:
+			return p.raft, nil
+		case streamGRPC:
+			return p.grpc, nil
+		}
+		return nil, fmt.Errorf("unknown peer stream type %q", b)
+	}
+	go p.m.serve()
+	return p, nil
+}
+
+// Close stops accepting peer connections.
+func (p *PeerMux) Close() error { return p.m.ln.Close() }
+
+// GRPCListener yields member-to-member gRPC connections.
+func (p *PeerMux) GRPCListener() net.Listener { return p.grpc }
+
+// RaftTransport returns hashicorp/raft's network transport over this mux.
+func (p *PeerMux) RaftTransport(logger *slog.Logger) raft.Transport {
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  &raftLayer{route: p.raft, adv: p.adv},
+		MaxPool: 4,
+		Timeout: 10 * time.Second,
+		Logger:  nullHCLog(),
+	})
+}
+
+// raftLayer is raft.StreamLayer over the mux.
+type raftLayer struct {
+	*route
+	adv net.Addr
+}
+
+func (l *raftLayer) Addr() net.Addr { return l.adv }
+
+func (l *raftLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return dialPeer(ctx, string(address), streamRaft)
+}
+
+// dialPeer opens a peer connection of the given kind.
+func dialPeer(ctx context.Context, addr string, kind byte) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	if _, err := c.Write([]byte{kind}); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("transport: peer preamble to %s: %w", addr, err)
+	}
+	return c, nil
+}
+
+// ClientMux splits the client listener into gRPC (HTTP/2 with prior
+// knowledge, which every gRPC client speaks) and plain HTTP/1 for /health,
+// /metrics and friends, as etcd serves both on its client port.
+type ClientMux struct {
+	m    mux
+	grpc *route
+	http *route
+}
+
+var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+
+// NewClientMux serves ln.
+func NewClientMux(ln net.Listener, logger *slog.Logger) *ClientMux {
+	c := &ClientMux{grpc: newRoute(ln.Addr()), http: newRoute(ln.Addr())}
+	c.m = mux{ln: ln, log: logger, routes: []*route{c.grpc, c.http}}
+	c.m.classify = func(br *bufio.Reader) (*route, error) {
+		b, err := br.Peek(3)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		if string(b) == string(h2Preface[:3]) {
+			return c.grpc, nil
+		}
+		return c.http, nil
+	}
+	go c.m.serve()
+	return c
+}
+
+// GRPC yields gRPC connections.
+func (c *ClientMux) GRPC() net.Listener { return c.grpc }
+
+// HTTP yields HTTP/1 connections.
+func (c *ClientMux) HTTP() net.Listener { return c.http }
+
+// Close stops accepting client connections.
+func (c *ClientMux) Close() error { return c.m.ln.Close() }

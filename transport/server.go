@@ -1,0 +1,269 @@
+// Package transport holds corenode's network edges: the etcd v3 gRPC
+// services, follower-to-leader forwarding, the raft peer transport, and the
+// HTTP endpoints (/health, /livez, /readyz, /metrics).
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/node"
+)
+
+// forwardedKey marks a request a member forwarded to the leader. The leader
+// never forwards it again: if it is no longer the leader it says so, and the
+// member that forwarded retries against the new one. That bounds every
+// request to one hop per attempt.
+const forwardedKey = "corenode-forwarded"
+
+// Server implements the etcd v3 services over one member.
+type Server struct {
+	node   *node.Node
+	limits Limits
+	log    *slog.Logger
+	// RequestTimeout bounds a request whose client set no deadline, as etcd's
+	// request timeout does.
+	requestTimeout time.Duration
+
+	token string
+
+	cmu   sync.Mutex
+	conns map[string]*grpc.ClientConn // by leader peer address
+}
+
+// NewServer returns the services for n.
+func NewServer(n *node.Node, limits Limits, electionTimeout time.Duration, logger *slog.Logger) *Server {
+	if limits.MaxRequestBytes == 0 {
+		limits.MaxRequestBytes = 1536 * 1024
+	}
+	if limits.MaxTxnOps == 0 {
+		limits.MaxTxnOps = 128
+	}
+	return &Server{
+		node:           n,
+		limits:         limits,
+		log:            logger,
+		requestTimeout: 5*time.Second + 2*electionTimeout,
+		conns:          map[string]*grpc.ClientConn{},
+	}
+}
+
+// Register adds the client-facing services to g. Members also serve them on
+// the peer port, where forwarded requests arrive.
+func (s *Server) Register(g *grpc.Server) {
+	pb.RegisterKVServer(g, &kvService{s})
+	pb.RegisterWatchServer(g, &watchService{s})
+	pb.RegisterClusterServer(g, &clusterService{s})
+	pb.RegisterMaintenanceServer(g, &maintenanceService{s})
+}
+
+// RegisterPeer adds the member-to-member services to g.
+func (s *Server) RegisterPeer(g *grpc.Server) {
+	s.Register(g)
+	g.RegisterService(&peerServiceDesc, &peerService{s})
+}
+
+// Close drops connections to other members.
+func (s *Server) Close() {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	for addr, c := range s.conns {
+		c.Close()
+		delete(s.conns, addr)
+	}
+}
+
+// header fills a response header as etcd does: this member's view.
+func (s *Server) header(h *pb.ResponseHeader) *pb.ResponseHeader {
+	if h == nil {
+		h = &pb.ResponseHeader{Revision: s.node.Store().Rev()}
+	}
+	h.ClusterId = s.node.ClusterID()
+	h.MemberId = s.node.ID()
+	h.RaftTerm = s.node.Term()
+	return h
+}
+
+func isForwarded(ctx context.Context) bool {
+	md, ok := metadata.FromIncomingContext(ctx)
+	return ok && len(md.Get(forwardedKey)) > 0
+}
+
+func (s *Server) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.requestTimeout)
+}
+
+// leaderConn returns a connection to the current leader's peer port,
+// waiting a little for an election to finish.
+func (s *Server) leaderConn(ctx context.Context) (*grpc.ClientConn, error) {
+	for {
+		id, addr := s.node.Leader()
+		if id == s.node.ID() && s.node.IsLeader() {
+			return nil, nil
+		}
+		if addr != "" && id != s.node.ID() {
+			return s.peerConn(addr)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, rpctypes.ErrGRPCNoLeader
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Server) peerConn(addr string) (*grpc.ClientConn, error) {
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	if c, ok := s.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			return dialPeer(ctx, a, streamGRPC)
+		}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("transport: connect to leader %s: %w", addr, err)
+	}
+	s.conns[addr] = c
+	return c, nil
+}
+
+// maxMsgSize bounds gRPC messages; request size proper is checked against
+// --max-request-bytes so clients get etcd's error rather than gRPC's.
+const maxMsgSize = 64 << 20
+
+// onLeader runs local on this member if it leads, else forwards with remote
+// to the leader, retrying while leadership moves and the deadline allows.
+func onLeader[T any](s *Server, ctx context.Context,
+	local func(context.Context) (T, error),
+	remote func(context.Context, *grpc.ClientConn) (T, error),
+) (T, error) {
+	ctx, cancel := s.withTimeout(ctx)
+	defer cancel()
+	var zero T
+	for attempt := 0; ; attempt++ {
+		if s.node.IsLeader() {
+			resp, err := local(ctx)
+			if !errors.Is(err, node.ErrNotLeader) {
+				return resp, mapErr(ctx, err)
+			}
+		}
+		if isForwarded(ctx) {
+			// The sender retries against whoever leads now.
+			return zero, rpctypes.ErrGRPCNotLeader
+		}
+		conn, err := s.leaderConn(ctx)
+		if err != nil {
+			return zero, err
+		}
+		if conn == nil {
+			continue // became leader while waiting
+		}
+		resp, err := remote(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), conn)
+		if err == nil {
+			return resp, nil
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			return zero, mapErr(ctx, err)
+		}
+		select {
+		case <-ctx.Done():
+			return zero, mapErr(ctx, ctx.Err())
+		case <-time.After(time.Duration(min(attempt+1, 10)) * 20 * time.Millisecond):
+		}
+	}
+}
+
+// retryable reports whether a forwarded request certainly did not reach a
+// leader's log, so sending it again cannot apply it twice.
+func retryable(err error) bool {
+	if errors.Is(err, rpctypes.ErrGRPCNotLeader) {
+		return true
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	if st.Code() == codes.FailedPrecondition && strings.Contains(st.Message(), "not leader") {
+		return true
+	}
+	// Unavailable before a connection exists never reached the leader.
+	return st.Code() == codes.Unavailable && strings.Contains(st.Message(), "connection")
+}
+
+// mapErr turns context and internal errors into the gRPC errors etcd sends.
+func mapErr(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return rpctypes.ErrGRPCTimeout
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, node.ErrNotLeader):
+		return rpctypes.ErrGRPCNotLeader
+	}
+	return status.Error(codes.Unknown, err.Error())
+}
+
+// propose is the write path shared by every mutating RPC.
+func propose[T any](s *Server, ctx context.Context, op fsm.Op, msg fsm.Message,
+	remote func(context.Context, *grpc.ClientConn) (T, error),
+) (T, error) {
+	var zero T
+	if msg.Size() > s.limits.MaxRequestBytes {
+		return zero, rpctypes.ErrGRPCRequestTooLarge
+	}
+	return onLeader(s, ctx, func(ctx context.Context) (T, error) {
+		resp, err := s.node.Propose(ctx, op, msg)
+		if err != nil {
+			return zero, err
+		}
+		t, ok := resp.(T)
+		if !ok {
+			return zero, fmt.Errorf("transport: %s applied with %T", op, resp)
+		}
+		return t, nil
+	}, remote)
+}
+
+// linearizable runs read on this member's state once it is known to include
+// every write acknowledged before the call, forwarding to the leader when
+// this member does not lead.
+func linearizable[T any](s *Server, ctx context.Context, read func() (T, error),
+	remote func(context.Context, *grpc.ClientConn) (T, error),
+) (T, error) {
+	return onLeader(s, ctx, func(ctx context.Context) (T, error) {
+		if err := s.node.ReadBarrier(ctx); err != nil {
+			var zero T
+			return zero, err
+		}
+		return read()
+	}, remote)
+}

@@ -1,0 +1,286 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/corenode/corenode/kv"
+)
+
+// watchBuffer is how many responses a stream queues before its slowest
+// watchers fall back to catching up from history. It bounds the memory a
+// slow client can pin.
+const watchBuffer = 1024
+
+// ProgressNotifyInterval is how often watchers that asked for progress
+// notifications hear the current revision when nothing else was sent, as
+// etcd's --experimental-watch-progress-notify-interval (default 10 min).
+var ProgressNotifyInterval = 10 * time.Minute
+
+type watchService struct{ s *Server }
+
+// watchStream is one client Watch stream and the kv.Sink of its watchers.
+//
+// Three goroutines touch it: the gRPC receive loop (Watch), the send loop,
+// and whichever goroutine applies writes (Deliver, under the store's lock).
+type watchStream struct {
+	s      *Server
+	store  *kv.Store
+	stream pb.Watch_WatchServer
+	out    chan *pb.WatchResponse
+	kick   chan struct{}
+
+	mu       sync.Mutex
+	nextID   int64
+	watchers map[kv.WatchID]*watchState
+	unsynced map[kv.WatchID]struct{}
+
+	// pmu serializes progress rounds; tick is true during a periodic round,
+	// read by Deliver which runs synchronously inside Store.Progress.
+	pmu  sync.Mutex
+	tick atomic.Bool
+}
+
+type watchState struct {
+	progress bool        // asked for periodic progress notifications
+	sent     atomic.Bool // something was sent since the last periodic round
+}
+
+func (w *watchService) Watch(stream pb.Watch_WatchServer) error {
+	ws := &watchStream{
+		s:        w.s,
+		store:    w.s.node.Store(),
+		stream:   stream,
+		out:      make(chan *pb.WatchResponse, watchBuffer),
+		kick:     make(chan struct{}, 1),
+		watchers: map[kv.WatchID]*watchState{},
+		unsynced: map[kv.WatchID]struct{}{},
+	}
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	sendErr := make(chan error, 1)
+	go func() { sendErr <- ws.sendLoop(ctx) }()
+	go ws.resyncLoop(ctx)
+	go ws.progressLoop(ctx)
+	recvErr := ws.recvLoop(ctx)
+	ws.cancelAll()
+	cancel()
+	if err := <-sendErr; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return recvErr
+}
+
+func (ws *watchStream) header(rev int64) *pb.ResponseHeader {
+	return ws.s.header(&pb.ResponseHeader{Revision: rev})
+}
+
+// Deliver implements kv.Sink. It runs under the store's lock and never blocks.
+func (ws *watchStream) Deliver(id kv.WatchID, rev int64, events []*mvccpb.Event) bool {
+	ws.mu.Lock()
+	st := ws.watchers[id]
+	ws.mu.Unlock()
+	if len(events) == 0 {
+		// A progress notification: in a periodic round only for watchers
+		// that asked and heard nothing since the last round.
+		if ws.tick.Load() && (st == nil || !st.progress || st.sent.Swap(false)) {
+			return true
+		}
+	} else if st != nil {
+		st.sent.Store(true)
+	}
+	resp := &pb.WatchResponse{Header: ws.header(rev), WatchId: int64(id), Events: events}
+	select {
+	case ws.out <- resp:
+		return true
+	default:
+		ws.mu.Lock()
+		ws.unsynced[id] = struct{}{}
+		ws.mu.Unlock()
+		select {
+		case ws.kick <- struct{}{}:
+		default:
+		}
+		return false
+	}
+}
+
+func (ws *watchStream) sendLoop(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case resp := <-ws.out:
+			if err := ws.stream.Send(resp); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// resyncLoop catches up watchers that fell behind, once the queue has room.
+func (ws *watchStream) resyncLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ws.kick:
+		}
+		for {
+			for len(ws.out) > watchBuffer/2 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			ws.mu.Lock()
+			ids := make([]kv.WatchID, 0, len(ws.unsynced))
+			for id := range ws.unsynced {
+				ids = append(ids, id)
+			}
+			clear(ws.unsynced)
+			ws.mu.Unlock()
+			if len(ids) == 0 {
+				break
+			}
+			for _, id := range ids {
+				if err := ws.store.Resync(ws, id); errors.Is(err, rpctypes.ErrGRPCCompacted) {
+					ws.forget(id)
+					ws.enqueue(ctx, &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: int64(id),
+						CompactRevision: ws.store.CompactRev(), Canceled: true})
+				}
+			}
+		}
+	}
+}
+
+func (ws *watchStream) progressLoop(ctx context.Context) {
+	t := time.NewTicker(ProgressNotifyInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			ws.pmu.Lock()
+			ws.tick.Store(true)
+			ws.store.Progress(ws)
+			ws.tick.Store(false)
+			ws.pmu.Unlock()
+		}
+	}
+}
+
+func (ws *watchStream) enqueue(ctx context.Context, resp *pb.WatchResponse) {
+	select {
+	case ws.out <- resp:
+	case <-ctx.Done():
+	}
+}
+
+func (ws *watchStream) forget(id kv.WatchID) {
+	ws.mu.Lock()
+	delete(ws.watchers, id)
+	delete(ws.unsynced, id)
+	ws.mu.Unlock()
+}
+
+func (ws *watchStream) cancelAll() {
+	ws.mu.Lock()
+	ids := make([]kv.WatchID, 0, len(ws.watchers))
+	for id := range ws.watchers {
+		ids = append(ids, id)
+	}
+	ws.mu.Unlock()
+	for _, id := range ids {
+		ws.store.CancelWatch(ws, id)
+	}
+}
+
+func (ws *watchStream) recvLoop(ctx context.Context) error {
+	for {
+		req, err := ws.stream.Recv()
+		if err != nil {
+			return err
+		}
+		switch u := req.RequestUnion.(type) {
+		case *pb.WatchRequest_CreateRequest:
+			ws.create(ctx, u.CreateRequest)
+		case *pb.WatchRequest_CancelRequest:
+			id := kv.WatchID(u.CancelRequest.WatchId)
+			ws.mu.Lock()
+			_, ok := ws.watchers[id]
+			ws.mu.Unlock()
+			if ok {
+				ws.store.CancelWatch(ws, id)
+				ws.forget(id)
+				ws.enqueue(ctx, &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: int64(id), Canceled: true})
+			}
+		case *pb.WatchRequest_ProgressRequest:
+			ws.pmu.Lock()
+			ws.store.Progress(ws)
+			ws.pmu.Unlock()
+		}
+	}
+}
+
+func (ws *watchStream) create(ctx context.Context, r *pb.WatchCreateRequest) {
+	if r == nil {
+		return
+	}
+	ws.mu.Lock()
+	id := kv.WatchID(r.WatchId)
+	if r.WatchId == 0 {
+		// Like etcd, automatic IDs count up from zero per stream.
+		for {
+			if _, used := ws.watchers[kv.WatchID(ws.nextID)]; !used {
+				break
+			}
+			ws.nextID++
+		}
+		id = kv.WatchID(ws.nextID)
+		ws.nextID++
+	} else if _, used := ws.watchers[id]; used {
+		ws.mu.Unlock()
+		ws.enqueue(ctx, &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: int64(id),
+			Created: true, Canceled: true, CancelReason: "mvcc: duplicate watch ID provided on the WatchStream"})
+		return
+	}
+	if len(r.Key) == 0 {
+		ws.mu.Unlock()
+		ws.enqueue(ctx, &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: -1,
+			Created: true, Canceled: true, CancelReason: rpctypes.ErrGRPCEmptyKey.Error()})
+		return
+	}
+	ws.watchers[id] = &watchState{progress: r.ProgressNotify}
+	ws.mu.Unlock()
+
+	// The created response goes first; history and live events follow it
+	// through the same queue, so the client sees them in order.
+	ws.enqueue(ctx, &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: int64(id), Created: true})
+	wr := kv.WatchRequest{ID: id, Key: r.Key, RangeEnd: r.RangeEnd, StartRev: r.StartRevision, PrevKV: r.PrevKv, Sink: ws}
+	for _, f := range r.Filters {
+		switch f {
+		case pb.WatchCreateRequest_NOPUT:
+			wr.NoPut = true
+		case pb.WatchCreateRequest_NODELETE:
+			wr.NoDelete = true
+		}
+	}
+	if err := ws.store.Watch(wr); err != nil {
+		ws.forget(id)
+		resp := &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: int64(id), Canceled: true, CancelReason: err.Error()}
+		if errors.Is(err, rpctypes.ErrGRPCCompacted) {
+			resp.CompactRevision = ws.store.CompactRev()
+		}
+		ws.enqueue(ctx, resp)
+	}
+}
