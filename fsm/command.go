@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/corenode/corenode/lease"
 )
 
 // Command encoding, version 1:
@@ -32,6 +34,14 @@ const (
 	OpCompact     Op = 4
 	// OpPublish records a member's name and client URLs (pb.Member).
 	OpPublish Op = 5
+	// OpLeaseGrant grants a lease (pb.LeaseGrantRequest, ID chosen by the proposer).
+	OpLeaseGrant Op = 6
+	// OpLeaseRevoke revokes a lease and deletes its keys (pb.LeaseRevokeRequest).
+	OpLeaseRevoke Op = 7
+	// OpLeaseExpire revokes leases the leader found expired (lease.Expire).
+	OpLeaseExpire Op = 8
+	// OpLeaseCheckpoint advances the lease clock, checkpoints and resets (lease.Checkpoint).
+	OpLeaseCheckpoint Op = 9
 )
 
 func (o Op) String() string {
@@ -46,6 +56,14 @@ func (o Op) String() string {
 		return "compact"
 	case OpPublish:
 		return "publish"
+	case OpLeaseGrant:
+		return "lease_grant"
+	case OpLeaseRevoke:
+		return "lease_revoke"
+	case OpLeaseExpire:
+		return "lease_expire"
+	case OpLeaseCheckpoint:
+		return "lease_checkpoint"
 	}
 	return fmt.Sprintf("op(%d)", byte(o))
 }
@@ -111,6 +129,14 @@ func Decode(data []byte) (Command, error) {
 		msg = &pb.CompactionRequest{}
 	case OpPublish:
 		msg = &pb.Member{}
+	case OpLeaseGrant:
+		msg = &pb.LeaseGrantRequest{}
+	case OpLeaseRevoke:
+		msg = &pb.LeaseRevokeRequest{}
+	case OpLeaseExpire:
+		msg = &lease.Expire{}
+	case OpLeaseCheckpoint:
+		msg = &lease.Checkpoint{}
 	default:
 		return Command{}, fmt.Errorf("%w: op %d", ErrUnknownFormat, byte(op))
 	}

@@ -23,8 +23,10 @@ import (
 
 	"github.com/hashicorp/raft"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/corenode/corenode/kv"
+	"github.com/corenode/corenode/lease"
 )
 
 // Result is what ApplyBatch returns for each command entry; the proposer
@@ -41,6 +43,12 @@ type FSM struct {
 	log   *slog.Logger
 	store *kv.Store
 
+	// lmu guards the lease table and orders observer calls with
+	// PromoteLeases, so a new leader's tracker misses no lease entry.
+	lmu      sync.Mutex
+	leases   *lease.Table
+	observer LeaseObserver
+
 	mu        sync.RWMutex
 	clusterID uint64
 	members   map[uint64]*pb.Member // published name and client URLs by member ID
@@ -48,16 +56,67 @@ type FSM struct {
 	applied atomic.Uint64
 }
 
-// New returns an FSM over an empty store.
-func New(logger *slog.Logger) *FSM {
+// LeaseObserver hears lease grants and removals as they apply, on the
+// apply goroutine with the lease table locked: it must not block or call
+// back into the FSM. The leader's tracker uses it to start and drop
+// deadlines; on other members it ignores the calls.
+type LeaseObserver interface {
+	Granted(id, ttl int64)
+	Removed(id int64)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Granted(int64, int64) {}
+func (nopObserver) Removed(int64)        {}
+
+// New returns an FSM over an empty store. observer may be nil.
+func New(logger *slog.Logger, observer LeaseObserver) *FSM {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &FSM{
-		log:     logger,
-		store:   kv.NewStore(kv.Options{}),
-		members: map[uint64]*pb.Member{},
+	if observer == nil {
+		observer = nopObserver{}
 	}
+	f := &FSM{
+		log:      logger,
+		leases:   lease.NewTable(),
+		observer: observer,
+		members:  map[uint64]*pb.Member{},
+	}
+	// Called with the store's write lock held, from this FSM's apply, where
+	// lmu is already held by applyCommand: reading the table is safe.
+	f.store = kv.NewStore(kv.Options{LeaseExists: func(id int64) bool { return f.leases.Exists(id) }})
+	return f
+}
+
+// PromoteLeases calls fn with the lease clock and every lease while no
+// lease entry can apply; the new leader's tracker starts inside fn.
+func (f *FSM) PromoteLeases(fn func(clock int64, leases []lease.Lease)) {
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
+	fn(f.leases.Clock(), f.leases.Leases())
+}
+
+// Lease returns lease id's replicated facts.
+func (f *FSM) Lease(id int64) (lease.Lease, bool) {
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
+	return f.leases.Lookup(id)
+}
+
+// Leases returns every live lease, ordered by ID.
+func (f *FSM) Leases() []lease.Lease {
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
+	return f.leases.Leases()
+}
+
+// LeaseCount is the number of live leases.
+func (f *FSM) LeaseCount() int {
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
+	return f.leases.Len()
 }
 
 // Store is the kv state; use it for reads and watches only. Writes go through Raft.
@@ -115,6 +174,10 @@ func (f *FSM) applyCommand(l *raft.Log) Result {
 		// corenode wrote the log: upgrade this member.
 		panic(fmt.Sprintf("fsm: cannot apply entry %d: %v", l.Index, err))
 	}
+	// Every command takes the lease lock: Put and Txn check lease existence
+	// at apply, and lease commands change the table and the keys together.
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
 	switch cmd.Op {
 	case OpPut:
 		resp, err := f.store.Put(cmd.Msg.(*pb.PutRequest))
@@ -134,8 +197,41 @@ func (f *FSM) applyCommand(l *raft.Log) Result {
 		f.members[m.ID] = m
 		f.mu.Unlock()
 		return Result{Resp: m}
+	case OpLeaseGrant:
+		r := cmd.Msg.(*pb.LeaseGrantRequest)
+		if err := f.leases.Grant(r.ID, r.TTL); err != nil {
+			return Result{Err: err}
+		}
+		f.observer.Granted(r.ID, r.TTL)
+		return Result{Resp: &pb.LeaseGrantResponse{Header: &pb.ResponseHeader{Revision: f.store.Rev()}, ID: r.ID, TTL: r.TTL}}
+	case OpLeaseRevoke:
+		id := cmd.Msg.(*pb.LeaseRevokeRequest).ID
+		if !f.leases.Exists(id) {
+			return Result{Err: rpctypes.ErrGRPCLeaseNotFound}
+		}
+		return Result{Resp: &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: f.revoke(id)}}}
+	case OpLeaseExpire:
+		// Each lease goes in its own revision, as a revoke does; one already
+		// revoked meanwhile is skipped.
+		for _, id := range cmd.Msg.(*lease.Expire).IDs {
+			if f.leases.Exists(id) {
+				f.revoke(id)
+			}
+		}
+		return Result{Resp: f.store.Rev()}
+	case OpLeaseCheckpoint:
+		f.leases.Apply(cmd.Msg.(*lease.Checkpoint))
+		return Result{}
 	}
 	panic(fmt.Sprintf("fsm: entry %d: op %s decoded but not applied", l.Index, cmd.Op))
+}
+
+// revoke removes a lease and deletes its keys in one revision.
+func (f *FSM) revoke(id int64) int64 {
+	_ = f.leases.Revoke(id)
+	rev := f.store.DeleteKeys(f.store.LeaseKeys(id))
+	f.observer.Removed(id)
+	return rev
 }
 
 func (f *FSM) applyConfiguration(l *raft.Log) {
@@ -170,14 +266,17 @@ func ClusterIDOf(serverIDs []string) uint64 {
 //	magic "corenode-fsm\n", version byte (1)
 //	uvarint cluster ID
 //	uvarint length + pb.MemberListResponse (published members, by ID order)
-//	the kv snapshot
+//	uvarint lease clock, uvarint lease count, then per lease varint ID, TTL, Expiry
+//	the kv snapshot (the lease-to-keys index is rebuilt from it, never stored)
 const snapshotMagic = "corenode-fsm\n"
 const snapshotV1 byte = 1
 
 type snapshot struct {
-	clusterID uint64
-	members   []*pb.Member
-	kv        *kv.Snapshot
+	clusterID  uint64
+	members    []*pb.Member
+	leaseClock int64
+	leases     []lease.Lease
+	kv         *kv.Snapshot
 }
 
 // Snapshot implements raft.FSM. It copies only pointers to immutable data;
@@ -198,6 +297,9 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		}
 		return 0
 	})
+	f.lmu.Lock()
+	s.leaseClock, s.leases = f.leases.Clock(), f.leases.Leases()
+	f.lmu.Unlock()
 	s.kv = f.store.Snapshot()
 	return s, nil
 }
@@ -221,6 +323,15 @@ func (s *snapshot) write(w io.Writer) error {
 	}
 	bw.Write(binary.AppendUvarint(nil, uint64(len(ml))))
 	bw.Write(ml)
+	bw.Write(binary.AppendUvarint(nil, uint64(s.leaseClock)))
+	bw.Write(binary.AppendUvarint(nil, uint64(len(s.leases))))
+	var buf []byte
+	for _, l := range s.leases {
+		buf = binary.AppendVarint(buf[:0], l.ID)
+		buf = binary.AppendVarint(buf, l.TTL)
+		buf = binary.AppendVarint(buf, l.Expiry)
+		bw.Write(buf)
+	}
 	if _, err := s.kv.WriteTo(bw); err != nil {
 		return err
 	}
@@ -262,9 +373,30 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err := list.Unmarshal(ml); err != nil {
 		return fmt.Errorf("fsm: restore: members: %w", err)
 	}
+	leaseClock, err := binary.ReadUvarint(br)
+	if err != nil {
+		return fmt.Errorf("fsm: restore: lease clock: %w", err)
+	}
+	count, err := binary.ReadUvarint(br)
+	if err != nil {
+		return fmt.Errorf("fsm: restore: lease count: %w", err)
+	}
+	var leases []lease.Lease
+	for i := uint64(0); i < count; i++ {
+		var l lease.Lease
+		for _, p := range []*int64{&l.ID, &l.TTL, &l.Expiry} {
+			if *p, err = binary.ReadVarint(br); err != nil {
+				return fmt.Errorf("fsm: restore: lease %d of %d: %w", i, count, err)
+			}
+		}
+		leases = append(leases, l)
+	}
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
 	if err := f.store.Restore(br); err != nil {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
+	f.leases.Restore(int64(leaseClock), leases)
 	members := make(map[uint64]*pb.Member, len(list.Members))
 	for _, m := range list.Members {
 		members[m.ID] = m
@@ -273,6 +405,6 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.clusterID = clusterID
 	f.members = members
 	f.mu.Unlock()
-	f.log.Info("restored state from snapshot", "revision", f.store.Rev(), "members", len(members))
+	f.log.Info("restored state from snapshot", "revision", f.store.Rev(), "members", len(members), "leases", len(leases))
 	return nil
 }

@@ -312,6 +312,15 @@ func (t *Tracker) TakeCheckpoint(limit int) (*Checkpoint, uint64) {
 	return c, t.seq
 }
 
+// Seq is the sequence number of the last checkpoint batch handed out. It
+// keeps counting across terms, so a waiter from an old term never mistakes
+// a new term's batch for its own.
+func (t *Tracker) Seq() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.seq
+}
+
 func seconds(s int64) time.Duration { return time.Duration(s) * time.Second }
 
 // entryHeap orders entries by deadline.

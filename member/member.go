@@ -22,6 +22,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/corenode/corenode/checkpoint"
+	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/lease"
 	"github.com/corenode/corenode/node"
 	"github.com/corenode/corenode/transport"
 )
@@ -54,6 +59,13 @@ type Config struct {
 	Logger *slog.Logger
 	// RaftLog receives hashicorp/raft's own log lines; nil means stderr.
 	RaftLog io.Writer
+	// Metrics registers the member's Prometheus series; nil registers none
+	// (several members in one test process would collide).
+	Metrics prometheus.Registerer
+	// LeaseCheckpointAfter and LeaseTick tune lease checkpoints (see
+	// lease.TrackerConfig and checkpoint.Config); zero means the defaults.
+	LeaseCheckpointAfter time.Duration
+	LeaseTick            time.Duration
 }
 
 // Member is a running member.
@@ -194,7 +206,9 @@ func Start(cfg Config) (*Member, error) {
 		m.clients = append(m.clients, transport.NewClientMux(ln, logger))
 	}
 
+	tracker := lease.NewTracker(lease.SystemClock{}, lease.TrackerConfig{CheckpointAfter: cfg.LeaseCheckpointAfter})
 	m.node, err = node.New(node.Config{
+		LeaseObserver:     tracker,
 		Name:              cfg.Name,
 		DataDir:           cfg.DataDir,
 		ID:                node.MemberID(cfg.InitialAdvertisePeerURLs, cfg.InitialClusterToken),
@@ -215,6 +229,11 @@ func Start(cfg Config) (*Member, error) {
 	m.server = transport.NewServer(m.node, transport.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps},
 		cfg.ElectionTimeout, logger)
 	m.server.SetClusterToken(cfg.InitialClusterToken)
+	sched := checkpoint.New(tracker, proposer{m.node}, checkpoint.Config{Tick: cfg.LeaseTick},
+		checkpoint.NewMetrics(cfg.Metrics), logger)
+	m.node.AddLeaderService(sched)
+	m.server.SetLeases(leaseBackend{sched, tracker}, MinTTL(cfg.ElectionTimeout))
+	m.node.Start()
 
 	maxRecv := cfg.MaxRequestBytes
 	if maxRecv == 0 {
@@ -251,6 +270,40 @@ func Start(cfg Config) (*Member, error) {
 		"id", fmt.Sprintf("%x", m.node.ID()))
 	return m, nil
 }
+
+// MinTTL is the smallest lease TTL granted, in seconds: etcd's rule of one
+// and a half election timeouts, rounded up, so a lease outlives an election.
+func MinTTL(electionTimeout time.Duration) int64 {
+	if electionTimeout <= 0 {
+		electionTimeout = time.Second
+	}
+	ms := (3*electionTimeout/2 + time.Second - 1) / time.Second
+	return max(int64(ms), 1)
+}
+
+// proposer adapts the node to what the lease scheduler proposes.
+type proposer struct{ n *node.Node }
+
+func (p proposer) ProposeCheckpoint(ctx context.Context, c *lease.Checkpoint) error {
+	_, err := p.n.Propose(ctx, fsm.OpLeaseCheckpoint, c)
+	return err
+}
+
+func (p proposer) ProposeExpire(ctx context.Context, e *lease.Expire) error {
+	_, err := p.n.Propose(ctx, fsm.OpLeaseExpire, e)
+	return err
+}
+
+func (p proposer) ConfirmLeadership(ctx context.Context) error { return p.n.ReadBarrier(ctx) }
+
+func (p proposer) PromoteLeases(fn func(int64, []lease.Lease)) { p.n.FSM().PromoteLeases(fn) }
+
+type leaseBackend struct {
+	*checkpoint.Scheduler
+	tr *lease.Tracker
+}
+
+func (b leaseBackend) Remaining(id int64) (int64, int64, bool) { return b.tr.Remaining(id) }
 
 func sorted(s []string) []string {
 	c := slices.Clone(s)

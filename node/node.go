@@ -63,6 +63,9 @@ type Config struct {
 	Logger *slog.Logger
 	// RaftLog receives hashicorp/raft's own warnings; nil means stderr.
 	RaftLog io.Writer
+	// LeaseObserver hears lease grants and removals as they apply (the
+	// leader's expiry tracker).
+	LeaseObserver fsm.LeaseObserver
 }
 
 // LeaderService is leader-only machinery. Run is started after the new
@@ -93,10 +96,12 @@ type Node struct {
 	smu      sync.Mutex
 	services []LeaderService
 
-	stop     chan struct{}
-	done     sync.WaitGroup
-	closeErr error
-	closed   sync.Once
+	notify    chan bool
+	startOnce sync.Once
+	stop      chan struct{}
+	done      sync.WaitGroup
+	closeErr  error
+	closed    sync.Once
 }
 
 // MemberID derives a member's ID from its peer URLs and the cluster token, as
@@ -146,7 +151,7 @@ func New(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger), stop: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger, cfg.LeaseObserver), stop: make(chan struct{})}
 
 	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
 	if err != nil {
@@ -210,9 +215,18 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}
 	n.raft = r
-	n.done.Add(1)
-	go n.watchLeadership(notify)
+	n.notify = notify
 	return n, nil
+}
+
+// Start begins reacting to leadership: until it is called, leadership
+// notifications wait in a buffer, so services added with AddLeaderService
+// before Start see every term, even one won during New.
+func (n *Node) Start() {
+	n.startOnce.Do(func() {
+		n.done.Add(1)
+		go n.watchLeadership(n.notify)
+	})
 }
 
 // Close stops raft and closes the stores. If this member leads, it first
@@ -251,7 +265,7 @@ func (n *Node) voters() int {
 }
 
 // AddLeaderService registers machinery that runs only while this member
-// leads. Register before the first election for it to see every term.
+// leads. Register before Start for it to see every term.
 func (n *Node) AddLeaderService(s LeaderService) {
 	n.smu.Lock()
 	n.services = append(n.services, s)

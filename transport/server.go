@@ -44,6 +44,10 @@ type Server struct {
 
 	cmu   sync.Mutex
 	conns map[string]*grpc.ClientConn // by leader peer address
+
+	leases    LeaseBackend
+	minTTL    int64
+	keepAlive kaForwarder
 }
 
 // NewServer returns the services for n.
@@ -70,6 +74,9 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterWatchServer(g, &watchService{s})
 	pb.RegisterClusterServer(g, &clusterService{s})
 	pb.RegisterMaintenanceServer(g, &maintenanceService{s})
+	if s.leases != nil {
+		pb.RegisterLeaseServer(g, &leaseService{s})
+	}
 }
 
 // RegisterPeer adds the member-to-member services to g.
@@ -82,6 +89,7 @@ func (s *Server) RegisterPeer(g *grpc.Server) {
 func (s *Server) Close() {
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
+	s.keepAlive.close()
 	for addr, c := range s.conns {
 		c.Close()
 		delete(s.conns, addr)
@@ -179,7 +187,14 @@ func onLeader[T any](s *Server, ctx context.Context,
 			return zero, err
 		}
 		if conn == nil {
-			continue // became leader while waiting
+			// This member leads but could not serve yet (a fresh leader
+			// before its barrier); give it a moment.
+			select {
+			case <-ctx.Done():
+				return zero, mapErr(ctx, ctx.Err())
+			case <-time.After(5 * time.Millisecond):
+			}
+			continue
 		}
 		resp, err := remote(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), conn)
 		if err == nil {

@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/corenode/corenode/member"
 )
 
@@ -52,6 +54,7 @@ type options struct {
 	snapshotCount                              uint64
 	maxRequestBytes, maxTxnOps                 int
 	logLevel                                   string
+	leaseCheckpointMS, leaseTickMS             int
 }
 
 func newFlagSet(o *options) *flag.FlagSet {
@@ -70,6 +73,8 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.Uint64Var(&o.snapshotCount, "snapshot-count", 10000, "number of committed entries that triggers a snapshot and log truncation")
 	fs.IntVar(&o.maxRequestBytes, "max-request-bytes", 1536*1024, "maximum client request size in bytes")
 	fs.IntVar(&o.maxTxnOps, "max-txn-ops", 128, "maximum number of operations in each branch of a txn")
+	fs.IntVar(&o.leaseCheckpointMS, "lease-checkpoint-after", 1000, "milliseconds a lease goes without keep-alive before the leader checkpoints its remaining TTL; bounds how far a leader change extends it")
+	fs.IntVar(&o.leaseTickMS, "lease-tick", 100, "milliseconds between the leader's lease-clock ticks and checkpoint batches")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: corenode [flags]\n       corenode health [--endpoint URL]\n       corenode version\n\n"+
@@ -155,6 +160,9 @@ func run(args []string) error {
 		MaxRequestBytes:          o.maxRequestBytes,
 		MaxTxnOps:                o.maxTxnOps,
 		Logger:                   logger,
+		Metrics:                  prometheus.DefaultRegisterer,
+		LeaseCheckpointAfter:     time.Duration(o.leaseCheckpointMS) * time.Millisecond,
+		LeaseTick:                time.Duration(o.leaseTickMS) * time.Millisecond,
 	})
 	if err != nil {
 		return err

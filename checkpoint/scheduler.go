@@ -1,0 +1,210 @@
+// Package checkpoint is the leader-only scheduler that turns the lease
+// tracker's due work into batched proposals: checkpoints of remaining TTLs
+// (with the lease clock and keep-alive resets), and expirations.
+//
+// It runs only while its member leads (node.LeaderService): it starts after
+// the leader's barrier, so the tracker is built from an FSM that holds every
+// earlier entry, and it stops proposing the moment leadership is lost.
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/corenode/corenode/lease"
+)
+
+// Proposer is what the scheduler needs of its member. Each call blocks
+// until the entry is committed and applied on this member, or fails.
+type Proposer interface {
+	ProposeCheckpoint(ctx context.Context, c *lease.Checkpoint) error
+	ProposeExpire(ctx context.Context, e *lease.Expire) error
+	// ConfirmLeadership returns once a quorum has confirmed, after the call
+	// began, that this member leads.
+	ConfirmLeadership(ctx context.Context) error
+	// PromoteLeases calls fn with the replicated lease state while no lease
+	// entry applies.
+	PromoteLeases(fn func(clock int64, leases []lease.Lease))
+}
+
+// Config tunes the scheduler.
+type Config struct {
+	// Tick is how often the leader advances the lease clock while any lease
+	// is checkpointed, and looks for leases due for a checkpoint. It bounds
+	// how much a leader change extends a checkpointed lease.
+	Tick time.Duration
+	// MaxBatch bounds the leases in one checkpoint or expiry entry.
+	MaxBatch int
+}
+
+// Scheduler drives the tracker while its member leads.
+type Scheduler struct {
+	tr  *lease.Tracker
+	p   Proposer
+	cfg Config
+	log *slog.Logger
+	m   *Metrics
+
+	flush chan struct{}
+
+	mu      sync.Mutex
+	done    uint64        // highest checkpoint seq applied
+	failed  uint64        // highest checkpoint seq whose proposal failed
+	changed chan struct{} // closed and replaced when done or failed moves
+}
+
+// New returns a scheduler over tr.
+func New(tr *lease.Tracker, p Proposer, cfg Config, m *Metrics, logger *slog.Logger) *Scheduler {
+	if cfg.Tick <= 0 {
+		cfg.Tick = 100 * time.Millisecond
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 1000
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	return &Scheduler{tr: tr, p: p, cfg: cfg, m: m, log: logger, flush: make(chan struct{}, 1), changed: make(chan struct{})}
+}
+
+// ErrNotLeader means the keep-alive reached a member that does not lead.
+var ErrNotLeader = errors.New("checkpoint: not the leader")
+
+// Renew handles a keep-alive on the leader and returns the TTL the holder
+// may rely on from when it sent the request (zero: the lease is gone).
+//
+// Rule 2 of package lease: leadership is confirmed by a quorum after the
+// request arrived and before the deadline moves, so a deposed leader never
+// acknowledges a keep-alive that the next leader would not honour. Rule 1:
+// a lease checkpointed since its last keep-alive is reset in a committed
+// entry before the answer.
+func (s *Scheduler) Renew(ctx context.Context, id int64) (int64, error) {
+	if err := s.p.ConfirmLeadership(ctx); err != nil {
+		return 0, err
+	}
+	if !s.tr.Active() {
+		return 0, ErrNotLeader
+	}
+	r := s.tr.Renew(id)
+	s.m.KeepAlives.Inc()
+	if r.ResetSeq == 0 {
+		return r.TTL, nil
+	}
+	select {
+	case s.flush <- struct{}{}:
+	default:
+	}
+	for {
+		s.mu.Lock()
+		done, failed, changed := s.done, s.failed, s.changed
+		s.mu.Unlock()
+		switch {
+		case done >= r.ResetSeq:
+			return r.TTL, nil
+		case failed >= r.ResetSeq:
+			return 0, ErrNotLeader
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+func (s *Scheduler) settle(seq uint64, ok bool) {
+	s.mu.Lock()
+	if ok {
+		s.done = max(s.done, seq)
+	} else {
+		s.failed = max(s.failed, seq)
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+// Run implements node.LeaderService.
+func (s *Scheduler) Run(ctx context.Context, term uint64) {
+	s.p.PromoteLeases(s.tr.Promote)
+	defer func() {
+		s.tr.Demote()
+		// Wake keep-alives waiting on batches this term will not propose.
+		s.settle(s.tr.Seq(), false)
+	}()
+	s.log.Info("lease scheduler started", "term", term, "leases", s.tr.Len())
+	tick := time.NewTicker(s.cfg.Tick)
+	defer tick.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		s.expire(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if next, ok := s.tr.NextDeadline(); ok {
+			timer.Reset(max(time.Until(next), 0))
+		} else {
+			timer.Reset(time.Hour)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-tick.C:
+			s.checkpoint(ctx)
+		case <-s.flush:
+			s.checkpoint(ctx)
+		}
+	}
+}
+
+// expire proposes every lease already due, in batches.
+func (s *Scheduler) expire(ctx context.Context) {
+	for ctx.Err() == nil {
+		ids := s.tr.Expired(s.cfg.MaxBatch)
+		if len(ids) == 0 {
+			return
+		}
+		if err := s.p.ProposeExpire(ctx, &lease.Expire{IDs: ids}); err != nil {
+			s.tr.Unexpire(ids)
+			if ctx.Err() == nil {
+				s.log.Warn("lease expiry proposal failed, will retry", "leases", len(ids), "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+			return
+		}
+		s.m.Expired.Add(float64(len(ids)))
+	}
+}
+
+// checkpoint proposes checkpoint batches until nothing is due. Batches are
+// proposed one after another from this goroutine, so a reset always
+// applies after the checkpoint it undoes.
+func (s *Scheduler) checkpoint(ctx context.Context) {
+	for ctx.Err() == nil {
+		c, seq := s.tr.TakeCheckpoint(s.cfg.MaxBatch)
+		if c == nil {
+			return
+		}
+		err := s.p.ProposeCheckpoint(ctx, c)
+		s.settle(seq, err == nil)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("lease checkpoint proposal failed", "err", err)
+			}
+			return
+		}
+		s.m.CheckpointEntries.Inc()
+		s.m.CheckpointBytes.Add(float64(c.Size()))
+		if len(c.Expiries) < s.cfg.MaxBatch {
+			return
+		}
+	}
+}

@@ -1,0 +1,196 @@
+package member_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/corenode/corenode/member/membertest"
+)
+
+// Cluster benchmarks: 3 members in this process on loopback, 100 concurrent
+// requests over 10 client connections (etcd's benchmark defaults). Run with
+//
+//	go test -run '^$' -bench . -benchtime 20000x ./member/
+//
+// They report requests/s; ns/op is wall time divided by requests.
+
+const (
+	benchConns   = 10
+	benchClients = 100
+)
+
+func benchClientsOf(b *testing.B, c *membertest.Cluster) []*clientv3.Client {
+	var out []*clientv3.Client
+	for i := range benchConns {
+		out = append(out, c.Client(i%3))
+	}
+	return out
+}
+
+// drive runs op b.N times from benchClients goroutines and reports req/s.
+func drive(b *testing.B, clis []*clientv3.Client, op func(ctx context.Context, cli *clientv3.Client, i int64) error) {
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	b.ResetTimer()
+	start := time.Now()
+	for w := range benchClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cli := clis[w%len(clis)]
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				if err := op(ctx, cli, i); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
+}
+
+func BenchmarkPut(b *testing.B) {
+	c := membertest.New(b, 3)
+	val := string(make([]byte, 256))
+	drive(b, benchClientsOf(b, c), func(ctx context.Context, cli *clientv3.Client, i int64) error {
+		_, err := cli.Put(ctx, fmt.Sprintf("key-%d", i%10000), val)
+		return err
+	})
+}
+
+func BenchmarkRangeLinearizable(b *testing.B) {
+	c := membertest.New(b, 3)
+	c.Client().Put(context.Background(), "foo", "bar")
+	drive(b, benchClientsOf(b, c), func(ctx context.Context, cli *clientv3.Client, i int64) error {
+		_, err := cli.Get(ctx, "foo")
+		return err
+	})
+}
+
+func BenchmarkRangeSerializable(b *testing.B) {
+	c := membertest.New(b, 3)
+	c.Client().Put(context.Background(), "foo", "bar")
+	drive(b, benchClientsOf(b, c), func(ctx context.Context, cli *clientv3.Client, i int64) error {
+		_, err := cli.Get(ctx, "foo", clientv3.WithSerializable())
+		return err
+	})
+}
+
+func BenchmarkLeaseGrant(b *testing.B) {
+	c := membertest.New(b, 3)
+	drive(b, benchClientsOf(b, c), func(ctx context.Context, cli *clientv3.Client, i int64) error {
+		_, err := cli.Grant(ctx, 60)
+		return err
+	})
+}
+
+func BenchmarkLeaseKeepAlive(b *testing.B) {
+	c := membertest.New(b, 3)
+	clis := benchClientsOf(b, c)
+	ids := make([]clientv3.LeaseID, benchClients)
+	for i := range ids {
+		g, err := clis[0].Grant(context.Background(), 60)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = g.ID
+	}
+	drive(b, clis, func(ctx context.Context, cli *clientv3.Client, i int64) error {
+		_, err := cli.KeepAliveOnce(ctx, ids[i%benchClients])
+		return err
+	})
+}
+
+// benchExpiry grants n leases of TTL 3 s, each with one key, and measures
+// expiry lag: the time from each lease's deadline (its grant's
+// acknowledgement plus the TTL, so the lag is if anything overstated) to
+// the DELETE a watcher sees.
+func benchExpiry(b *testing.B, n int) {
+	c := membertest.New(b, 3)
+	clis := benchClientsOf(b, c)
+	ctx := context.Background()
+	const ttl = 3 * time.Second
+	deadlines := make([]time.Time, n)
+	gone := make([]time.Time, n)
+	keys := map[string]int{}
+	for i := range n {
+		keys[fmt.Sprintf("/exp/%06d", i)] = i
+	}
+	wch := c.Client(c.WaitLeader()).Watch(ctx, "/exp/", clientv3.WithPrefix(), clientv3.WithFilterPut())
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	b.ResetTimer()
+	for w := range benchClients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cli := clis[w%len(clis)]
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				g, err := cli.Grant(ctx, int64(ttl/time.Second))
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				deadlines[i] = time.Now().Add(ttl)
+				if _, err := cli.Put(ctx, fmt.Sprintf("/exp/%06d", i), "x", clientv3.WithLease(g.ID)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	seen := 0
+	timeout := time.After(30 * time.Second)
+	for seen < n {
+		select {
+		case resp := <-wch:
+			now := time.Now()
+			for _, ev := range resp.Events {
+				gone[keys[string(ev.Kv.Key)]] = now
+				seen++
+			}
+		case <-timeout:
+			b.Fatalf("only %d of %d leases expired", seen, n)
+		}
+	}
+	b.StopTimer()
+	lags := make([]time.Duration, n)
+	early := 0
+	for i := range n {
+		lags[i] = gone[i].Sub(deadlines[i])
+		if lags[i] < -100*time.Millisecond { // beyond the grant round trip: truly early
+			early++
+		}
+	}
+	slices.Sort(lags)
+	b.ReportMetric(float64(lags[n/2].Milliseconds()), "lag-p50-ms")
+	b.ReportMetric(float64(lags[n*99/100].Milliseconds()), "lag-p99-ms")
+	b.ReportMetric(float64(lags[n-1].Milliseconds()), "lag-max-ms")
+	b.ReportMetric(float64(early), "early")
+}
+
+func BenchmarkExpiry2k(b *testing.B)  { benchExpiry(b, 2000) }
+func BenchmarkExpiry10k(b *testing.B) { benchExpiry(b, 10000) }

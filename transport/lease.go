@@ -1,0 +1,304 @@
+package transport
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"io"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/corenode/corenode/checkpoint"
+	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/lease"
+	"github.com/corenode/corenode/node"
+)
+
+// LeaseBackend is the leader's lease timing: keep-alives and remaining TTLs.
+// Both answer only on the leader.
+type LeaseBackend interface {
+	Renew(ctx context.Context, id int64) (int64, error)
+	Remaining(id int64) (remaining, granted int64, ok bool)
+}
+
+// SetLeases enables the Lease service. minTTL is the smallest TTL granted,
+// in seconds: smaller requests are raised to it, as etcd does, because a
+// lease shorter than an election could expire during one.
+func (s *Server) SetLeases(b LeaseBackend, minTTL int64) {
+	s.leases, s.minTTL = b, minTTL
+}
+
+type leaseService struct{ s *Server }
+
+func (l *leaseService) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	if r.TTL > lease.MaxTTL {
+		return nil, rpctypes.ErrGRPCLeaseTTLTooLarge
+	}
+	if r.ID < 0 {
+		return nil, rpctypes.ErrGRPCLeaseNotFound
+	}
+	req := &pb.LeaseGrantRequest{ID: r.ID, TTL: max(r.TTL, l.s.minTTL)}
+	for attempt := 0; ; attempt++ {
+		if r.ID == 0 {
+			// Chosen before proposing, so apply stays deterministic; a
+			// collision is caught at apply and retried with another ID.
+			req.ID = randomLeaseID()
+		}
+		resp, err := propose(l.s, ctx, fsm.OpLeaseGrant, req, func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseGrantResponse, error) {
+			return pb.NewLeaseClient(c).LeaseGrant(ctx, req)
+		})
+		if r.ID == 0 && errors.Is(err, rpctypes.ErrGRPCLeaseExist) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		l.s.header(resp.Header)
+		return resp, nil
+	}
+}
+
+func randomLeaseID() int64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := int64(binary.BigEndian.Uint64(b[:]) >> 1)
+	if id == 0 {
+		id = 1
+	}
+	return id
+}
+
+func (l *leaseService) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	resp, err := propose(l.s, ctx, fsm.OpLeaseRevoke, r, func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseRevokeResponse, error) {
+		return pb.NewLeaseClient(c).LeaseRevoke(ctx, r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.s.header(resp.Header)
+	return resp, nil
+}
+
+func (l *leaseService) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
+	// Only the leader knows how much time is left.
+	resp, err := onLeader(l.s, ctx, func(ctx context.Context) (*pb.LeaseTimeToLiveResponse, error) {
+		if err := l.s.node.ReadBarrier(ctx); err != nil {
+			return nil, err
+		}
+		remaining, granted, ok := l.s.leases.Remaining(r.ID)
+		if !ok {
+			if !l.s.leaseKnown(r.ID) {
+				return &pb.LeaseTimeToLiveResponse{Header: l.s.header(nil), ID: r.ID, TTL: -1}, nil // etcd's answer for no such lease
+			}
+			return nil, node.ErrNotLeader // the tracker is not promoted yet
+		}
+		resp := &pb.LeaseTimeToLiveResponse{Header: l.s.header(nil), ID: r.ID, TTL: remaining, GrantedTTL: granted}
+		if r.Keys {
+			resp.Keys = l.s.node.Store().LeaseKeys(r.ID)
+		}
+		return resp, nil
+	}, func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseTimeToLiveResponse, error) {
+		return pb.NewLeaseClient(c).LeaseTimeToLive(ctx, r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The revision is the answering leader's; the rest is this member's.
+	l.s.header(resp.Header)
+	return resp, nil
+}
+
+func (s *Server) leaseKnown(id int64) bool {
+	_, ok := s.node.FSM().Lease(id)
+	return ok
+}
+
+func (l *leaseService) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	resp, err := linearizable(l.s, ctx, func() (*pb.LeaseLeasesResponse, error) {
+		resp := &pb.LeaseLeasesResponse{Header: l.s.header(nil)}
+		for _, le := range l.s.node.FSM().Leases() {
+			resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: le.ID})
+		}
+		return resp, nil
+	}, func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseLeasesResponse, error) {
+		return pb.NewLeaseClient(c).LeaseLeases(ctx, r)
+	})
+	if err != nil {
+		return nil, err
+	}
+	l.s.header(resp.Header)
+	return resp, nil
+}
+
+// keepAliveConcurrency bounds the keep-alives of one stream in flight at
+// once; they share leadership confirmations, so more adds little.
+const keepAliveConcurrency = 256
+
+func (l *leaseService) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
+	ctx, cancel := context.WithCancelCause(stream.Context())
+	defer cancel(nil)
+	var smu sync.Mutex
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	sem := make(chan struct{}, keepAliveConcurrency)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				recvErr <- nil
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				ttl, err := l.s.renew(ctx, req.ID)
+				if err != nil {
+					cancel(err)
+					return
+				}
+				smu.Lock()
+				err = stream.Send(&pb.LeaseKeepAliveResponse{Header: l.s.header(nil), ID: req.ID, TTL: ttl})
+				smu.Unlock()
+				if err != nil {
+					cancel(err)
+				}
+			}()
+		}
+	}()
+	select {
+	case err := <-recvErr:
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		return err
+	case <-ctx.Done():
+		if err := context.Cause(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			return mapErr(ctx, err)
+		}
+		return nil
+	}
+}
+
+// renew runs a keep-alive on the leader, forwarding it from a follower over
+// the member's one shared keep-alive stream.
+func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
+	return onLeader(s, ctx, func(ctx context.Context) (int64, error) {
+		ttl, err := s.leases.Renew(ctx, id)
+		if errors.Is(err, checkpoint.ErrNotLeader) {
+			return 0, node.ErrNotLeader
+		}
+		return ttl, err
+	}, func(ctx context.Context, c *grpc.ClientConn) (int64, error) {
+		return s.keepAlive.renew(ctx, c, id)
+	})
+}
+
+// kaForwarder multiplexes a follower's forwarded keep-alives onto one
+// stream to the leader and routes answers back by lease ID.
+type kaForwarder struct {
+	mu      sync.Mutex
+	conn    *grpc.ClientConn
+	stream  pb.Lease_LeaseKeepAliveClient
+	cancel  context.CancelFunc
+	waiters map[int64][]chan *pb.LeaseKeepAliveResponse
+}
+
+func (f *kaForwarder) renew(ctx context.Context, conn *grpc.ClientConn, id int64) (int64, error) {
+	ch := make(chan *pb.LeaseKeepAliveResponse, 1)
+	f.mu.Lock()
+	if f.stream == nil || f.conn != conn {
+		f.resetLocked()
+		sctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), forwardedKey, "1"))
+		stream, err := pb.NewLeaseClient(conn).LeaseKeepAlive(sctx)
+		if err != nil {
+			cancel()
+			f.mu.Unlock()
+			return 0, rpctypes.ErrGRPCNotLeader // nothing was sent: safe to retry
+		}
+		f.conn, f.stream, f.cancel = conn, stream, cancel
+		f.waiters = map[int64][]chan *pb.LeaseKeepAliveResponse{}
+		go f.receive(stream)
+	}
+	f.waiters[id] = append(f.waiters[id], ch)
+	if err := f.stream.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil {
+		f.resetLocked()
+		f.mu.Unlock()
+		return 0, rpctypes.ErrGRPCNotLeader
+	}
+	f.mu.Unlock()
+	select {
+	case resp, ok := <-ch:
+		if !ok {
+			// The stream broke; a keep-alive is idempotent, so the caller
+			// may send it again to whoever leads now.
+			return 0, rpctypes.ErrGRPCNotLeader
+		}
+		return resp.TTL, nil
+	case <-ctx.Done():
+		f.mu.Lock()
+		ws := f.waiters[id]
+		for i, w := range ws {
+			if w == ch {
+				f.waiters[id] = append(ws[:i:i], ws[i+1:]...)
+				break
+			}
+		}
+		f.mu.Unlock()
+		return 0, ctx.Err()
+	}
+}
+
+func (f *kaForwarder) receive(stream pb.Lease_LeaseKeepAliveClient) {
+	for {
+		resp, err := stream.Recv()
+		f.mu.Lock()
+		if f.stream != stream {
+			f.mu.Unlock()
+			return
+		}
+		if err != nil {
+			f.resetLocked()
+			f.mu.Unlock()
+			return
+		}
+		if ws := f.waiters[resp.ID]; len(ws) > 0 {
+			ws[0] <- resp
+			f.waiters[resp.ID] = ws[1:]
+			if len(ws) == 1 {
+				delete(f.waiters, resp.ID)
+			}
+		}
+		f.mu.Unlock()
+	}
+}
+
+// resetLocked drops the stream and fails every waiter on it.
+func (f *kaForwarder) resetLocked() {
+	if f.cancel != nil {
+		f.cancel()
+	}
+	for _, ws := range f.waiters {
+		for _, w := range ws {
+			close(w)
+		}
+	}
+	f.stream, f.conn, f.cancel, f.waiters = nil, nil, nil, nil
+}
+
+func (f *kaForwarder) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.resetLocked()
+}
