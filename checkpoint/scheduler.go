@@ -127,6 +127,9 @@ func (s *Scheduler) settle(seq uint64, ok bool) {
 	s.mu.Unlock()
 }
 
+// Metrics are the scheduler's series, shared with the Lease service.
+func (s *Scheduler) Metrics() *Metrics { return s.m }
+
 // Run implements node.LeaderService.
 func (s *Scheduler) Run(ctx context.Context, term uint64) {
 	s.p.PromoteLeases(s.tr.Promote)
@@ -169,6 +172,7 @@ func (s *Scheduler) expire(ctx context.Context) {
 		if len(ids) == 0 {
 			return
 		}
+		deadlines := s.tr.Deadlines(ids)
 		if err := s.p.ProposeExpire(ctx, &lease.Expire{IDs: ids}); err != nil {
 			s.tr.Unexpire(ids)
 			if ctx.Err() == nil {
@@ -181,6 +185,12 @@ func (s *Scheduler) expire(ctx context.Context) {
 			return
 		}
 		s.m.Expired.Add(float64(len(ids)))
+		now := time.Now()
+		for _, d := range deadlines {
+			if !d.IsZero() {
+				s.m.ExpiryLag.Observe(now.Sub(d).Seconds())
+			}
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ package fsm
 
 import (
 	"bufio"
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -288,15 +289,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		s.members = append(s.members, m)
 	}
 	f.mu.RUnlock()
-	slices.SortFunc(s.members, func(a, b *pb.Member) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(s.members, func(a, b *pb.Member) int { return cmp.Compare(a.ID, b.ID) })
 	f.lmu.Lock()
 	s.leaseClock, s.leases = f.leases.Clock(), f.leases.Leases()
 	f.lmu.Unlock()

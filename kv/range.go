@@ -20,7 +20,7 @@ const latestRev = math.MaxInt64
 // the caller's; their Key and Value bytes are shared with the store and must
 // not be modified.
 func (s *Store) Range(r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	if err := checkRange(r); err != nil {
+	if err := CheckRange(r); err != nil {
 		return nil, err
 	}
 	s.mu.RLock()
@@ -31,7 +31,9 @@ func (s *Store) Range(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	return s.doRange(r, s.rev), nil
 }
 
-func checkRange(r *pb.RangeRequest) error {
+// CheckRange validates a Range request as etcd does; the server calls it
+// before forwarding so a bad request never leaves the member.
+func CheckRange(r *pb.RangeRequest) error {
 	if r == nil || len(r.Key) == 0 {
 		return rpctypes.ErrGRPCEmptyKey
 	}

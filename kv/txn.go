@@ -75,7 +75,7 @@ func checkTxn(t *pb.TxnRequest) error {
 func checkOp(op *pb.RequestOp) error {
 	switch v := op.GetRequest().(type) {
 	case *pb.RequestOp_RequestRange:
-		return checkRange(v.RequestRange)
+		return CheckRange(v.RequestRange)
 	case *pb.RequestOp_RequestPut:
 		return checkPut(v.RequestPut)
 	case *pb.RequestOp_RequestDeleteRange:

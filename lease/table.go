@@ -29,6 +29,7 @@
 package lease
 
 import (
+	"cmp"
 	"slices"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -124,15 +125,7 @@ func (t *Table) Leases() []Lease {
 	for _, l := range t.leases {
 		out = append(out, *l)
 	}
-	slices.SortFunc(out, func(a, b Lease) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b Lease) int { return cmp.Compare(a.ID, b.ID) })
 	return out
 }
 

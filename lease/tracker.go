@@ -258,6 +258,20 @@ func (t *Tracker) Expired(limit int) []int64 {
 	return out
 }
 
+// Deadlines returns the deadlines of the given leases (zero for unknown
+// ones), for measuring expiry lag.
+func (t *Tracker) Deadlines(ids []int64) []time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]time.Time, len(ids))
+	for i, id := range ids {
+		if e, ok := t.byID[id]; ok {
+			out[i] = e.deadline
+		}
+	}
+	return out
+}
+
 // Unexpire returns leases whose expiry proposal failed to the heap, with
 // their deadlines unchanged, so the next Expired retries them.
 func (t *Tracker) Unexpire(ids []int64) {

@@ -66,6 +66,7 @@ type Config struct {
 	// lease.TrackerConfig and checkpoint.Config); zero means the defaults.
 	LeaseCheckpointAfter time.Duration
 	LeaseTick            time.Duration
+	LeaseBatch           int
 }
 
 // Member is a running member.
@@ -144,11 +145,10 @@ func Start(cfg Config) (*Member, error) {
 			cfg.Name, initial[cfg.Name], cfg.InitialAdvertisePeerURLs)
 	}
 	var servers []raft.Server
-	for name, urls := range initial {
+	for _, urls := range initial {
 		addr, _ := hostPort(urls[0])
 		servers = append(servers, raft.Server{Suffrage: raft.Voter,
 			ID: node.ServerID(node.MemberID(urls, cfg.InitialClusterToken)), Address: raft.ServerAddress(addr)})
-		_ = name
 	}
 	slices.SortFunc(servers, func(a, b raft.Server) int { return strings.Compare(string(a.ID), string(b.ID)) })
 	advPeer, err := hostPort(cfg.InitialAdvertisePeerURLs[0])
@@ -229,10 +229,19 @@ func Start(cfg Config) (*Member, error) {
 	m.server = transport.NewServer(m.node, transport.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps},
 		cfg.ElectionTimeout, logger)
 	m.server.SetClusterToken(cfg.InitialClusterToken)
-	sched := checkpoint.New(tracker, proposer{m.node}, checkpoint.Config{Tick: cfg.LeaseTick},
+	sched := checkpoint.New(tracker, proposer{m.node}, checkpoint.Config{Tick: cfg.LeaseTick, MaxBatch: cfg.LeaseBatch},
 		checkpoint.NewMetrics(cfg.Metrics), logger)
 	m.node.AddLeaderService(sched)
-	m.server.SetLeases(leaseBackend{sched, tracker}, MinTTL(cfg.ElectionTimeout))
+	m.server.SetLeases(leaseBackend{sched, tracker}, MinTTL(cfg.ElectionTimeout), sched.Metrics())
+	if cfg.Metrics != nil {
+		f := m.node.FSM()
+		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corenode_lease_live", Help: "Live leases."},
+			func() float64 { return float64(f.LeaseCount()) }))
+		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corenode_kv_revision", Help: "Current revision."},
+			func() float64 { return float64(f.Store().Rev()) }))
+		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corenode_kv_keys", Help: "Live keys."},
+			func() float64 { return float64(f.Store().KeyCount()) }))
+	}
 	m.node.Start()
 
 	maxRecv := cfg.MaxRequestBytes

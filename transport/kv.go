@@ -7,12 +7,13 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/kv"
 )
 
 type kvService struct{ s *Server }
 
 func (k *kvService) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
-	if err := checkRange(r); err != nil {
+	if err := kv.CheckRange(r); err != nil {
 		return nil, err
 	}
 	read := func() (*pb.RangeResponse, error) {

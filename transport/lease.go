@@ -29,8 +29,8 @@ type LeaseBackend interface {
 // SetLeases enables the Lease service. minTTL is the smallest TTL granted,
 // in seconds: smaller requests are raised to it, as etcd does, because a
 // lease shorter than an election could expire during one.
-func (s *Server) SetLeases(b LeaseBackend, minTTL int64) {
-	s.leases, s.minTTL = b, minTTL
+func (s *Server) SetLeases(b LeaseBackend, minTTL int64, m *checkpoint.Metrics) {
+	s.leases, s.minTTL, s.leaseMetrics = b, minTTL, m
 }
 
 type leaseService struct{ s *Server }
@@ -58,6 +58,9 @@ func (l *leaseService) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) 
 		if err != nil {
 			return nil, err
 		}
+		if l.s.leaseMetrics != nil {
+			l.s.leaseMetrics.Grants.Inc()
+		}
 		l.s.header(resp.Header)
 		return resp, nil
 	}
@@ -79,6 +82,9 @@ func (l *leaseService) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest
 	})
 	if err != nil {
 		return nil, err
+	}
+	if l.s.leaseMetrics != nil {
+		l.s.leaseMetrics.Revokes.Inc()
 	}
 	l.s.header(resp.Header)
 	return resp, nil

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/corenode/corenode/checkpoint"
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/node"
 )
@@ -45,9 +46,10 @@ type Server struct {
 	cmu   sync.Mutex
 	conns map[string]*grpc.ClientConn // by leader peer address
 
-	leases    LeaseBackend
-	minTTL    int64
-	keepAlive kaForwarder
+	leases       LeaseBackend
+	minTTL       int64
+	leaseMetrics *checkpoint.Metrics
+	keepAlive    kaForwarder
 }
 
 // NewServer returns the services for n.

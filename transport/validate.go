@@ -3,6 +3,8 @@ package transport
 import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/corenode/corenode/kv"
 )
 
 // Limits are the request limits a member enforces before proposing.
@@ -17,19 +19,6 @@ type Limits struct {
 // etcd's server gives, so a client sees exactly what it would see from etcd.
 // What depends on state (leases, duplicate keys across nested branches) is
 // decided again at apply.
-
-func checkRange(r *pb.RangeRequest) error {
-	if len(r.Key) == 0 {
-		return rpctypes.ErrGRPCEmptyKey
-	}
-	if _, ok := pb.RangeRequest_SortOrder_name[int32(r.SortOrder)]; !ok {
-		return rpctypes.ErrGRPCInvalidSortOption
-	}
-	if _, ok := pb.RangeRequest_SortTarget_name[int32(r.SortTarget)]; !ok {
-		return rpctypes.ErrGRPCInvalidSortOption
-	}
-	return nil
-}
 
 func checkPut(r *pb.PutRequest) error {
 	if len(r.Key) == 0 {
@@ -76,7 +65,7 @@ func checkTxn(r *pb.TxnRequest, maxOps int) error {
 func checkRequestOp(op *pb.RequestOp, maxOps int) error {
 	switch u := op.Request.(type) {
 	case *pb.RequestOp_RequestRange:
-		return checkRange(u.RequestRange)
+		return kv.CheckRange(u.RequestRange)
 	case *pb.RequestOp_RequestPut:
 		return checkPut(u.RequestPut)
 	case *pb.RequestOp_RequestDeleteRange:

@@ -112,6 +112,21 @@ func (ws *watchStream) Deliver(id kv.WatchID, rev int64, events []*mvccpb.Event)
 	}
 }
 
+// Canceled implements kv.CanceledSink: a snapshot restore left a watcher
+// with history it can no longer continue. It runs under the store's lock, so
+// it must not block: the notice goes out from a goroutine if the queue is full.
+func (ws *watchStream) Canceled(id kv.WatchID, compactRev int64) {
+	ws.forget(id)
+	resp := &pb.WatchResponse{Header: ws.header(compactRev), WatchId: int64(id), CompactRevision: compactRev, Canceled: true}
+	select {
+	case ws.out <- resp:
+	default:
+		go ws.enqueue(ws.stream.Context(), resp)
+	}
+}
+
+var _ kv.CanceledSink = (*watchStream)(nil)
+
 func (ws *watchStream) sendLoop(ctx context.Context) error {
 	for {
 		select {

@@ -55,6 +55,7 @@ type options struct {
 	maxRequestBytes, maxTxnOps                 int
 	logLevel                                   string
 	leaseCheckpointMS, leaseTickMS             int
+	leaseBatch                                 int
 }
 
 func newFlagSet(o *options) *flag.FlagSet {
@@ -75,6 +76,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.maxTxnOps, "max-txn-ops", 128, "maximum number of operations in each branch of a txn")
 	fs.IntVar(&o.leaseCheckpointMS, "lease-checkpoint-after", 1000, "milliseconds a lease goes without keep-alive before the leader checkpoints its remaining TTL; bounds how far a leader change extends it")
 	fs.IntVar(&o.leaseTickMS, "lease-tick", 100, "milliseconds between the leader's lease-clock ticks and checkpoint batches")
+	fs.IntVar(&o.leaseBatch, "lease-checkpoint-batch", 1000, "most leases in one checkpoint or expiry entry")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: corenode [flags]\n       corenode health [--endpoint URL]\n       corenode version\n\n"+
@@ -163,6 +165,7 @@ func run(args []string) error {
 		Metrics:                  prometheus.DefaultRegisterer,
 		LeaseCheckpointAfter:     time.Duration(o.leaseCheckpointMS) * time.Millisecond,
 		LeaseTick:                time.Duration(o.leaseTickMS) * time.Millisecond,
+		LeaseBatch:               o.leaseBatch,
 	})
 	if err != nil {
 		return err

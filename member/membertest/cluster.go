@@ -150,7 +150,7 @@ func (c *Cluster) WaitLeader() int {
 	for time.Now().Before(deadline) {
 		leader := -1
 		agree := true
-		for i, m := range c.Members {
+		for _, m := range c.Members {
 			if m == nil {
 				continue
 			}
@@ -167,7 +167,6 @@ func (c *Cluster) WaitLeader() int {
 					leader = j
 				}
 			}
-			_ = i
 		}
 		if agree && leader >= 0 && c.Members[leader] != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -36,6 +36,7 @@ func TestCluster(t *testing.T) {
 	t.Run("EndpointStatus", func(t *testing.T) { testEndpointStatus(t, c, eps) })
 	t.Run("MoveLeader", func(t *testing.T) { testMoveLeader(t, c, eps) })
 	t.Run("Failover", func(t *testing.T) { testFailover(t, c) })
+	t.Run("LeaseExpiryWhileLeaderKilled", func(t *testing.T) { testLeaseExpiryWhileLeaderKilled(t, c) })
 	t.Run("Durability", func(t *testing.T) { testDurability(t, c) })
 }
 
@@ -332,6 +333,58 @@ func testFailover(t *testing.T, c *cluster) {
 			t.Fatalf("restarted %s did not catch up within 15s (running=%v); last serializable get: %v", old.name, old.running(), res)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	if err := c.waitHealthy(c.members, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testLeaseExpiryWhileLeaderKilled: a key under a 4 s lease with no
+// keep-alive survives a SIGKILL of the leader until its TTL has passed, and
+// is gone soon after, decided by the new leader.
+func testLeaseExpiryWhileLeaderKilled(t *testing.T, c *cluster) {
+	const ttl = 4 * time.Second
+	eps := c.endpoints()
+	start := time.Now() // the lease's deadline is no earlier than start+ttl
+	out := mustCtl(t, eps, "lease", "grant", "4")
+	var id string
+	if _, err := fmt.Sscanf(out, "lease %s granted", &id); err != nil {
+		t.Fatalf("lease grant printed %q", out)
+	}
+	mustCtl(t, eps, "put", "--lease="+id, "/svc/ephemeral", "10.0.0.9")
+	_, old := c.leader(t, eps)
+	c.kill(old)
+	var survivors []string
+	for _, m := range c.members {
+		if m != old {
+			survivors = append(survivors, m.clientURL)
+		}
+	}
+	var gone time.Time
+	for deadline := start.Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		asked := time.Now()
+		res := ctl(survivors, "", "--command-timeout=1s", "get", "/svc/ephemeral", "--print-value-only")
+		if res.err != nil {
+			continue // no leader yet
+		}
+		if strings.TrimSpace(res.stdout) == "" {
+			gone = time.Now()
+			break
+		}
+		if asked.Sub(start) > 9*time.Second {
+			t.Fatalf("key still present %v after grant (TTL %v)", asked.Sub(start), ttl)
+		}
+	}
+	if gone.IsZero() {
+		t.Fatal("the lease never expired after the leader was killed")
+	}
+	// The read that saw it gone began at most 1 s before gone.
+	if gone.Sub(start) < ttl {
+		t.Fatalf("key deleted %v after grant, before its TTL %v", gone.Sub(start), ttl)
+	}
+	t.Logf("leased key gone %v after grant with the leader killed at once", gone.Sub(start).Round(time.Millisecond))
+	if err := c.start(old); err != nil {
+		t.Fatal(err)
 	}
 	if err := c.waitHealthy(c.members, 20*time.Second); err != nil {
 		t.Fatal(err)
