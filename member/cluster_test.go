@@ -489,3 +489,53 @@ func TestSnapshotTruncatesLogAndRestarts(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func TestMemberAddThenRemove(t *testing.T) {
+	c := membertest.New(t, 3)
+	ctx := ctxT(t)
+	if _, err := c.Client().Put(ctx, "before-join", "1"); err != nil {
+		t.Fatal(err)
+	}
+	n := c.Join()
+	// The new member receives the existing state and serves reads.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r, err := c.Client(n).Get(ctx, "before-join", clientv3.WithSerializable())
+		if err == nil && len(r.Kvs) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("joined member never caught up: %v %v", r, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ml, err := c.Client().MemberList(ctx)
+	if err != nil || len(ml.Members) != 4 {
+		t.Fatalf("member list after add: %v %v", ml, err)
+	}
+	if _, err := c.Client(0).MemberRemove(ctx, c.Members[n].ID()); err != nil {
+		t.Fatalf("member remove: %v", err)
+	}
+	ml, err = c.Client(0).MemberList(ctx)
+	if err != nil || len(ml.Members) != 3 {
+		t.Fatalf("member list after remove: %v %v", ml, err)
+	}
+	if _, err := c.Client(0).Put(ctx, "after-remove", "1"); err != nil {
+		t.Fatalf("the remaining 3 members must still take writes: %v", err)
+	}
+	// The removed member no longer takes part: it cannot serve a
+	// linearizable read once it has left.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, err := c.Client(n).Get(cctx, "after-remove")
+		cancel()
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("removed member still serves linearizable reads")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

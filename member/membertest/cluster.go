@@ -182,6 +182,37 @@ func (c *Cluster) WaitLeader() int {
 	return -1
 }
 
+// Join adds a member through MemberAdd, as an operator does with
+// `etcdctl member add`, then starts it with --initial-cluster-state
+// existing. It returns the new member's index.
+func (c *Cluster) Join() int {
+	c.t.Helper()
+	i := len(c.Members)
+	peerLn, clientLn := listen(c.t), listen(c.t)
+	peer := "http://" + peerLn.Addr().String()
+	client := "http://" + clientLn.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if _, err := c.Client().MemberAdd(ctx, []string{peer}); err != nil {
+		c.t.Fatalf("member add: %v", err)
+	}
+	cfg := c.cfgs[0]
+	cfg.Name = fmt.Sprintf("m%d", i)
+	cfg.DataDir = filepath.Join(filepath.Dir(cfg.DataDir), cfg.Name)
+	cfg.ListenClientURLs, cfg.AdvertiseClientURLs = []string{client}, []string{client}
+	cfg.ListenPeerURLs, cfg.InitialAdvertisePeerURLs = []string{peer}, []string{peer}
+	cfg.InitialCluster += "," + cfg.Name + "=" + peer
+	cfg.InitialClusterState = "existing"
+	c.peers, c.clients, c.cfgs = append(c.peers, peer), append(c.clients, client), append(c.cfgs, cfg)
+	cfg.PeerListener, cfg.ClientListeners = peerLn, []net.Listener{clientLn}
+	m, err := member.Start(cfg)
+	if err != nil {
+		c.t.Fatalf("start joining member: %v", err)
+	}
+	c.Members = append(c.Members, m)
+	return i
+}
+
 // Stop stops member i (gracefully: a leader hands over first).
 func (c *Cluster) Stop(i int) {
 	c.t.Helper()
