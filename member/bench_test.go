@@ -34,22 +34,21 @@ func benchClientsOf(b *testing.B, c *membertest.Cluster) []*clientv3.Client {
 	return out
 }
 
-// drive runs op b.N times from benchClients goroutines and reports req/s.
-func drive(b *testing.B, clis []*clientv3.Client, op func(ctx context.Context, cli *clientv3.Client, i int64) error) {
+// runConcurrent runs op for i in [0, n) from benchClients goroutines over
+// clis and returns the first error.
+func runConcurrent(clis []*clientv3.Client, n int, op func(ctx context.Context, cli *clientv3.Client, i int64) error) error {
 	ctx := context.Background()
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	var failed atomic.Value
-	b.ResetTimer()
-	start := time.Now()
 	for w := range benchClients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			cli := clis[w%len(clis)]
 			for {
-				i := next.Add(1)
-				if i > int64(b.N) {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
 					return
 				}
 				if err := op(ctx, cli, i); err != nil {
@@ -60,8 +59,17 @@ func drive(b *testing.B, clis []*clientv3.Client, op func(ctx context.Context, c
 		}()
 	}
 	wg.Wait()
+	err, _ := failed.Load().(error)
+	return err
+}
+
+// drive runs op b.N times from benchClients goroutines and reports req/s.
+func drive(b *testing.B, clis []*clientv3.Client, op func(ctx context.Context, cli *clientv3.Client, i int64) error) {
+	b.ResetTimer()
+	start := time.Now()
+	err := runConcurrent(clis, b.N, op)
 	b.StopTimer()
-	if err, _ := failed.Load().(error); err != nil {
+	if err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
@@ -135,33 +143,19 @@ func benchExpiry(b *testing.B, n int) {
 		keys[fmt.Sprintf("/exp/%06d", i)] = i
 	}
 	wch := c.Client(c.WaitLeader()).Watch(ctx, "/exp/", clientv3.WithPrefix(), clientv3.WithFilterPut())
-	var wg sync.WaitGroup
-	var next atomic.Int64
 	b.ResetTimer()
-	for w := range benchClients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cli := clis[w%len(clis)]
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				g, err := cli.Grant(ctx, int64(ttl/time.Second))
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				deadlines[i] = time.Now().Add(ttl)
-				if _, err := cli.Put(ctx, fmt.Sprintf("/exp/%06d", i), "x", clientv3.WithLease(g.ID)); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		}()
+	err := runConcurrent(clis, n, func(ctx context.Context, cli *clientv3.Client, i int64) error {
+		g, err := cli.Grant(ctx, int64(ttl/time.Second))
+		if err != nil {
+			return err
+		}
+		deadlines[i] = time.Now().Add(ttl)
+		_, err = cli.Put(ctx, fmt.Sprintf("/exp/%06d", i), "x", clientv3.WithLease(g.ID))
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
-	wg.Wait()
 	seen := 0
 	timeout := time.After(30 * time.Second)
 	for seen < n {
