@@ -6,7 +6,7 @@
 // Restore are called from raft's single FSM goroutine, never concurrently
 // with each other. FSMSnapshot.Persist runs on another goroutine concurrently
 // with later applies, so Snapshot captures an immutable view. Readers
-// (Members, ClusterID, AppliedIndex, Store) may be called from any goroutine.
+// (Member, ClusterID, Lease, Leases, Store) may be called from any goroutine.
 package fsm
 
 import (
@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -53,8 +52,6 @@ type FSM struct {
 	mu        sync.RWMutex
 	clusterID uint64
 	members   map[uint64]*pb.Member // published name and client URLs by member ID
-
-	applied atomic.Uint64
 }
 
 // LeaseObserver hears lease grants and removals as they apply, on the
@@ -123,9 +120,6 @@ func (f *FSM) LeaseCount() int {
 // Store is the kv state; use it for reads and watches only. Writes go through Raft.
 func (f *FSM) Store() *kv.Store { return f.store }
 
-// AppliedIndex is the index of the last entry applied.
-func (f *FSM) AppliedIndex() uint64 { return f.applied.Load() }
-
 // ClusterID is derived from the cluster's first configuration entry, so every
 // member computes the same value without coordination. Zero until applied.
 func (f *FSM) ClusterID() uint64 {
@@ -160,9 +154,6 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		case raft.LogConfiguration:
 			f.applyConfiguration(l)
 		}
-	}
-	if n := len(logs); n > 0 {
-		f.applied.Store(logs[n-1].Index)
 	}
 	return out
 }

@@ -590,15 +590,3 @@ func (n *Node) TransferLeadership(id uint64) error {
 	}
 	return rpctypes.ErrGRPCMemberNotFound
 }
-
-// WaitApplied blocks until this member has applied index, or ctx ends.
-func (n *Node) WaitApplied(ctx context.Context, index uint64) error {
-	for n.raft.AppliedIndex() < index {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Millisecond):
-		}
-	}
-	return nil
-}

@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"fmt"
 	"net/url"
 	"slices"
 
@@ -111,13 +110,4 @@ func peerAddr(urls []string) (string, error) {
 		return "", rpctypes.ErrGRPCMemberBadURLs
 	}
 	return u.Host, nil
-}
-
-// PeerAddr is exported for the command line, which turns flags into addresses the same way.
-func PeerAddr(urls []string) (string, error) {
-	a, err := peerAddr(urls)
-	if err != nil {
-		return "", fmt.Errorf("transport: bad peer URLs %v", urls)
-	}
-	return a, nil
 }

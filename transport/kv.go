@@ -16,20 +16,17 @@ func (k *kvService) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRes
 	if err := kv.CheckRange(r); err != nil {
 		return nil, err
 	}
-	read := func() (*pb.RangeResponse, error) {
-		resp, err := k.s.node.Store().Range(r)
-		if err != nil {
-			return nil, err
-		}
-		k.s.header(resp.Header)
-		return resp, nil
-	}
+	var resp *pb.RangeResponse
+	var err error
 	if r.Serializable {
-		return read()
+		resp, err = k.s.node.Store().Range(r)
+	} else {
+		resp, err = linearizable(k.s, ctx, func() (*pb.RangeResponse, error) {
+			return k.s.node.Store().Range(r)
+		}, func(ctx context.Context, c *grpc.ClientConn) (*pb.RangeResponse, error) {
+			return pb.NewKVClient(c).Range(ctx, r)
+		})
 	}
-	resp, err := linearizable(k.s, ctx, read, func(ctx context.Context, c *grpc.ClientConn) (*pb.RangeResponse, error) {
-		return pb.NewKVClient(c).Range(ctx, r)
-	})
 	if err != nil {
 		return nil, err
 	}

@@ -28,7 +28,7 @@ type LeaseBackend interface {
 
 // SetLeases enables the Lease service. minTTL is the smallest TTL granted,
 // in seconds: smaller requests are raised to it, as etcd does, because a
-// lease shorter than an election could expire during one.
+// lease shorter than an election could expire during one. m must not be nil.
 func (s *Server) SetLeases(b LeaseBackend, minTTL int64, m *checkpoint.Metrics) {
 	s.leases, s.minTTL, s.leaseMetrics = b, minTTL, m
 }
@@ -58,9 +58,7 @@ func (l *leaseService) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) 
 		if err != nil {
 			return nil, err
 		}
-		if l.s.leaseMetrics != nil {
-			l.s.leaseMetrics.Grants.Inc()
-		}
+		l.s.leaseMetrics.Grants.Inc()
 		l.s.header(resp.Header)
 		return resp, nil
 	}
@@ -83,9 +81,7 @@ func (l *leaseService) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest
 	if err != nil {
 		return nil, err
 	}
-	if l.s.leaseMetrics != nil {
-		l.s.leaseMetrics.Revokes.Inc()
-	}
+	l.s.leaseMetrics.Revokes.Inc()
 	l.s.header(resp.Header)
 	return resp, nil
 }
