@@ -112,7 +112,9 @@ func TestKeepAliveThroughFollowerKeepsLease(t *testing.T) {
 	ctx := ctxT(t)
 	leader := c.WaitLeader()
 	cli := c.Client(follower(c, leader))
-	g, err := cli.Grant(ctx, 1)
+	// 2 s, not the 1 s minimum: clientv3 renews every TTL/3, and under
+	// -race on two cores a 1 s lease can lose a renewal to scheduling alone.
+	g, err := cli.Grant(ctx, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +123,7 @@ func TestKeepAliveThroughFollowerKeepsLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	end := time.After(3500 * time.Millisecond) // several TTLs, spanning checkpoints
+	end := time.After(5 * time.Second) // several TTLs, spanning checkpoints
 	n := 0
 	for done := false; !done; {
 		select {
@@ -129,7 +131,7 @@ func TestKeepAliveThroughFollowerKeepsLease(t *testing.T) {
 			if !ok {
 				t.Fatal("keep-alive channel closed: lease lost while kept alive")
 			}
-			if r.TTL != 1 {
+			if r.TTL != 2 {
 				t.Fatalf("keep-alive TTL %d", r.TTL)
 			}
 			n++
@@ -182,11 +184,11 @@ func TestLeasesSurviveWholeClusterRestart(t *testing.T) {
 func TestElectionHandsOverWhenHolderDies(t *testing.T) {
 	c := membertest.New(t, 3)
 	ctx := ctxT(t)
-	s1, err := concurrency.NewSession(c.Client(0), concurrency.WithTTL(1))
+	s1, err := concurrency.NewSession(c.Client(0), concurrency.WithTTL(2))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, err := concurrency.NewSession(c.Client(1), concurrency.WithTTL(1))
+	s2, err := concurrency.NewSession(c.Client(1), concurrency.WithTTL(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +214,7 @@ func TestElectionHandsOverWhenHolderDies(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("second candidate took over %v after the holder stopped", time.Since(died))
-	case <-time.After(5 * time.Second):
+	case <-time.After(6 * time.Second):
 		t.Fatal("second candidate never took over")
 	}
 	if l, err := e2.Leader(ctx); err != nil || string(l.Kvs[0].Value) != "two" {
