@@ -184,7 +184,7 @@ func Start(cfg Config) (*Member, error) {
 			return nil, fmt.Errorf("listen for peers: %w", err)
 		}
 	}
-	if m.peerMux, err = transport.NewPeerMux(peerLn, advPeer, logger); err != nil {
+	if m.peerMux, err = transport.NewPeerMux(peerLn, transport.PeerConfig{Advertise: advPeer, LocalIP: localIP(peerLn)}, logger); err != nil {
 		peerLn.Close()
 		return nil, err
 	}
@@ -226,7 +226,7 @@ func Start(cfg Config) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.server = transport.NewServer(m.node, transport.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps},
+	m.server = transport.NewServer(m.node, m.peerMux, transport.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps},
 		cfg.ElectionTimeout, logger)
 	m.server.SetClusterToken(cfg.InitialClusterToken)
 	sched := checkpoint.New(tracker, proposer{m.node}, checkpoint.Config{Tick: cfg.LeaseTick, MaxBatch: cfg.LeaseBatch},
@@ -381,4 +381,14 @@ func (m *Member) Close() error {
 		m.wg.Wait()
 	})
 	return m.err
+}
+
+// localIP is the address peer connections are dialed from: the one the peer
+// listener is bound to, unless it listens on every address.
+func localIP(ln net.Listener) net.IP {
+	a, ok := ln.Addr().(*net.TCPAddr)
+	if !ok || a.IP.IsUnspecified() {
+		return nil
+	}
+	return a.IP
 }

@@ -3,6 +3,7 @@ package transport
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -110,22 +111,41 @@ type bufferedConn struct {
 func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
 // PeerMux splits the peer listener into the raft stream layer and the
-// member-to-member gRPC listener.
+// member-to-member gRPC listener, and dials other members' peer ports.
 type PeerMux struct {
 	m    mux
 	raft *route
 	grpc *route
 	adv  net.Addr
+	cfg  PeerConfig
 }
 
-// NewPeerMux serves ln; advertise is the address other members dial, which
-// raft records as this member's address.
-func NewPeerMux(ln net.Listener, advertise string, logger *slog.Logger) (*PeerMux, error) {
-	adv, err := net.ResolveTCPAddr("tcp", advertise)
+// PeerConfig says how members reach each other.
+type PeerConfig struct {
+	// Advertise is the address other members dial, which raft records as
+	// this member's address.
+	Advertise string
+	// ServerTLS, when set, wraps every accepted peer connection; set
+	// ClientAuth to tls.RequireAndVerifyClientCert for mutual TLS.
+	ServerTLS *tls.Config
+	// ClientTLS, when set, wraps every connection this member dials.
+	ClientTLS *tls.Config
+	// LocalIP, when set, is the source address of dialed connections, so a
+	// member bound to one address of a multi-homed host is seen from it (and
+	// so a fault-injecting proxy can tell the members apart on loopback).
+	LocalIP net.IP
+}
+
+// NewPeerMux serves ln.
+func NewPeerMux(ln net.Listener, cfg PeerConfig, logger *slog.Logger) (*PeerMux, error) {
+	adv, err := net.ResolveTCPAddr("tcp", cfg.Advertise)
 	if err != nil {
-		return nil, fmt.Errorf("transport: advertised peer address %q: %w", advertise, err)
+		return nil, fmt.Errorf("transport: advertised peer address %q: %w", cfg.Advertise, err)
 	}
-	p := &PeerMux{raft: newRoute(adv), grpc: newRoute(ln.Addr()), adv: adv}
+	if cfg.ServerTLS != nil {
+		ln = tls.NewListener(ln, cfg.ServerTLS)
+	}
+	p := &PeerMux{raft: newRoute(adv), grpc: newRoute(ln.Addr()), adv: adv, cfg: cfg}
 	p.m = mux{ln: ln, log: logger, routes: []*route{p.raft, p.grpc}}
 	p.m.classify = func(br *bufio.Reader) (*route, error) {
 		b, err := br.ReadByte()
@@ -150,10 +170,15 @@ func (p *PeerMux) Close() error { return p.m.ln.Close() }
 // GRPCListener yields member-to-member gRPC connections.
 func (p *PeerMux) GRPCListener() net.Listener { return p.grpc }
 
+// DialGRPC opens a member-to-member gRPC connection to a peer address.
+func (p *PeerMux) DialGRPC(ctx context.Context, addr string) (net.Conn, error) {
+	return p.dial(ctx, addr, streamGRPC)
+}
+
 // RaftTransport returns hashicorp/raft's network transport over this mux.
 func (p *PeerMux) RaftTransport(logger *slog.Logger) raft.Transport {
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream:  &raftLayer{route: p.raft, adv: p.adv},
+		Stream:  &raftLayer{route: p.raft, p: p},
 		MaxPool: 4,
 		Timeout: 10 * time.Second,
 		Logger:  nullHCLog(),
@@ -163,26 +188,42 @@ func (p *PeerMux) RaftTransport(logger *slog.Logger) raft.Transport {
 // raftLayer is raft.StreamLayer over the mux.
 type raftLayer struct {
 	*route
-	adv net.Addr
+	p *PeerMux
 }
 
-func (l *raftLayer) Addr() net.Addr { return l.adv }
+func (l *raftLayer) Addr() net.Addr { return l.p.adv }
 
 func (l *raftLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return dialPeer(ctx, string(address), streamRaft)
+	return l.p.dial(ctx, string(address), streamRaft)
 }
 
-// dialPeer opens a peer connection of the given kind.
-func dialPeer(ctx context.Context, addr string, kind byte) (net.Conn, error) {
+// dial opens a peer connection of the given kind.
+func (p *PeerMux) dial(ctx context.Context, addr string, kind byte) (net.Conn, error) {
 	var d net.Dialer
+	if p.cfg.LocalIP != nil {
+		d.LocalAddr = &net.TCPAddr{IP: p.cfg.LocalIP}
+	}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
 	}
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
+	}
+	if p.cfg.ClientTLS != nil {
+		cfg := p.cfg.ClientTLS
+		if cfg.ServerName == "" {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(c, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("transport: TLS handshake with peer %s: %w", addr, err)
+		}
+		c = tc
 	}
 	if _, err := c.Write([]byte{kind}); err != nil {
 		c.Close()

@@ -35,6 +35,7 @@ const forwardedKey = "corenode-forwarded"
 // Server implements the etcd v3 services over one member.
 type Server struct {
 	node   *node.Node
+	peers  *PeerMux
 	limits Limits
 	log    *slog.Logger
 	// RequestTimeout bounds a request whose client set no deadline, as etcd's
@@ -53,7 +54,7 @@ type Server struct {
 }
 
 // NewServer returns the services for n.
-func NewServer(n *node.Node, limits Limits, electionTimeout time.Duration, logger *slog.Logger) *Server {
+func NewServer(n *node.Node, peers *PeerMux, limits Limits, electionTimeout time.Duration, logger *slog.Logger) *Server {
 	if limits.MaxRequestBytes == 0 {
 		limits.MaxRequestBytes = 1536 * 1024
 	}
@@ -62,6 +63,7 @@ func NewServer(n *node.Node, limits Limits, electionTimeout time.Duration, logge
 	}
 	return &Server{
 		node:           n,
+		peers:          peers,
 		limits:         limits,
 		log:            logger,
 		requestTimeout: 5*time.Second + 2*electionTimeout,
@@ -149,7 +151,7 @@ func (s *Server) peerConn(addr string) (*grpc.ClientConn, error) {
 	c, err := grpc.NewClient("passthrough:///"+addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
-			return dialPeer(ctx, a, streamGRPC)
+			return s.peers.DialGRPC(ctx, a)
 		}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize)),
 	)
