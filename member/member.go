@@ -51,6 +51,11 @@ type Config struct {
 	MaxRequestBytes   int
 	MaxTxnOps         int
 
+	// ClientTLS serves https:// client URLs; PeerTLS serves https:// peer URLs
+	// and is what this member presents when it dials other members.
+	ClientTLS TLSInfo
+	PeerTLS   TLSInfo
+
 	// Listeners already bound, used instead of opening the listen URLs
 	// (tests bind port 0 first so they know the addresses).
 	PeerListener    net.Listener
@@ -60,8 +65,10 @@ type Config struct {
 	// RaftLog receives hashicorp/raft's own log lines; nil means stderr.
 	RaftLog io.Writer
 	// Metrics registers the member's Prometheus series; nil registers none
-	// (several members in one test process would collide).
-	Metrics prometheus.Registerer
+	// (several members in one test process would collide). /metrics serves
+	// what Gatherer gathers, Metrics itself when that is a Registry.
+	Metrics  prometheus.Registerer
+	Gatherer prometheus.Gatherer
 	// LeaseCheckpointAfter and LeaseTick tune lease checkpoints (see
 	// lease.TrackerConfig and checkpoint.Config); zero means the defaults.
 	LeaseCheckpointAfter time.Duration
@@ -114,14 +121,16 @@ func hostPort(rawURL string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("bad URL %q: %w", rawURL, err)
 	}
-	if u.Scheme != "http" {
-		return "", fmt.Errorf("bad URL %q: only http:// is supported yet", rawURL)
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return "", fmt.Errorf("bad URL %q: the scheme must be http or https", rawURL)
 	}
 	if u.Port() == "" {
 		return "", fmt.Errorf("bad URL %q: a port is required", rawURL)
 	}
 	return u.Host, nil
 }
+
+func isHTTPS(rawURL string) bool { return strings.HasPrefix(rawURL, "https://") }
 
 // Start starts a member and returns once it serves; the cluster may still be
 // electing a leader.
@@ -164,6 +173,26 @@ func Start(cfg Config) (*Member, error) {
 		return nil, fmt.Errorf("--initial-cluster-state must be new or existing, not %q", cfg.InitialClusterState)
 	}
 
+	clientTLS, err := tlsFor(cfg.ListenClientURLs, cfg.ClientTLS, "", "--listen-client-urls")
+	if err != nil {
+		return nil, err
+	}
+	peerTLS, err := tlsFor(cfg.ListenPeerURLs, cfg.PeerTLS, "peer-", "--listen-peer-urls")
+	if err != nil {
+		return nil, err
+	}
+	peerCfg := transport.PeerConfig{Advertise: advPeer, ServerTLS: peerTLS}
+	if peerTLS != nil {
+		if peerCfg.ClientTLS, err = cfg.PeerTLS.clientConfig("peer-"); err != nil {
+			return nil, err
+		}
+	}
+	for _, u := range cfg.InitialAdvertisePeerURLs {
+		if isHTTPS(u) != (peerTLS != nil) {
+			return nil, fmt.Errorf("--initial-advertise-peer-urls %s and --listen-peer-urls must use the same scheme", u)
+		}
+	}
+
 	m := &Member{cfg: cfg, log: logger}
 	ok := false
 	defer func() {
@@ -184,7 +213,8 @@ func Start(cfg Config) (*Member, error) {
 			return nil, fmt.Errorf("listen for peers: %w", err)
 		}
 	}
-	if m.peerMux, err = transport.NewPeerMux(peerLn, transport.PeerConfig{Advertise: advPeer, LocalIP: localIP(peerLn)}, logger); err != nil {
+	peerCfg.LocalIP = localIP(peerLn)
+	if m.peerMux, err = transport.NewPeerMux(peerLn, peerCfg, logger); err != nil {
 		peerLn.Close()
 		return nil, err
 	}
@@ -203,7 +233,7 @@ func Start(cfg Config) (*Member, error) {
 		}
 	}
 	for _, ln := range clientLns {
-		m.clients = append(m.clients, transport.NewClientMux(ln, logger))
+		m.clients = append(m.clients, transport.NewClientMux(ln, clientTLS, logger))
 	}
 
 	tracker := lease.NewTracker(lease.SystemClock{}, lease.TrackerConfig{CheckpointAfter: cfg.LeaseCheckpointAfter})
@@ -222,6 +252,7 @@ func Start(cfg Config) (*Member, error) {
 		SnapshotCount:     cfg.SnapshotCount,
 		Logger:            logger,
 		RaftLog:           cfg.RaftLog,
+		Metrics:           cfg.Metrics,
 	})
 	if err != nil {
 		return nil, err
@@ -256,11 +287,18 @@ func Start(cfg Config) (*Member, error) {
 		grpc.MaxConcurrentStreams(1 << 20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
+	if cfg.Metrics != nil {
+		opts = append(opts, transport.NewGRPCMetrics(cfg.Metrics).ServerOptions()...)
+	}
 	m.grpc = grpc.NewServer(opts...)
 	m.server.Register(m.grpc)
 	m.peer = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
 	m.server.RegisterPeer(m.peer)
-	m.http = &http.Server{Handler: m.server.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+	gatherer := cfg.Gatherer
+	if g, ok := cfg.Metrics.(prometheus.Gatherer); ok && gatherer == nil {
+		gatherer = g
+	}
+	m.http = &http.Server{Handler: m.server.HTTPHandler(gatherer), ReadHeaderTimeout: 10 * time.Second}
 
 	m.serve(func() error { return m.peer.Serve(m.peerMux.GRPCListener()) })
 	for _, c := range m.clients {
@@ -336,6 +374,9 @@ func (m *Member) Node() *node.Node { return m.node }
 
 // ID is the member's ID.
 func (m *Member) ID() uint64 { return m.node.ID() }
+
+// PeerAddr is the bound peer address.
+func (m *Member) PeerAddr() string { return m.peerMux.Addr().String() }
 
 // ClientAddrs are the bound client addresses.
 func (m *Member) ClientAddrs() []string {

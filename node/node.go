@@ -27,6 +27,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
@@ -66,6 +67,8 @@ type Config struct {
 	// LeaseObserver hears lease grants and removals as they apply (the
 	// leader's expiry tracker).
 	LeaseObserver fsm.LeaseObserver
+	// Metrics, when set, registers the member's raft, proposal and disk series.
+	Metrics prometheus.Registerer
 }
 
 // LeaderService is leader-only machinery. Run is started after the new
@@ -84,6 +87,10 @@ type Node struct {
 	raft  *raft.Raft
 	bolt  *raftboltdb.BoltStore
 	snaps *raft.FileSnapshotStore
+	// metrics are always collected; cfg.Metrics decides whether anyone sees them.
+	metrics *metrics
+	obs     *raft.Observer
+	obsCh   chan raft.Observation
 
 	// readyTerm is the term in which this member, as leader, has applied all
 	// earlier entries; linearizable reads wait for it.
@@ -151,7 +158,7 @@ func New(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger, cfg.LeaseObserver), stop: make(chan struct{})}
+	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger, cfg.LeaseObserver), stop: make(chan struct{}), metrics: newMetrics()}
 
 	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
 	if err != nil {
@@ -164,7 +171,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: open snapshot store: %w", err)
 	}
 	n.snaps = snaps
-	logs, err := raft.NewLogCache(1024, bolt)
+	logs, err := raft.NewLogCache(1024, timedLogStore{bolt, n.metrics.fsync})
 	if err != nil {
 		bolt.Close()
 		return nil, fmt.Errorf("node: log cache: %w", err)
@@ -216,6 +223,17 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.raft = r
 	n.notify = notify
+	// Observations are dropped rather than block raft when the counter lags;
+	// a missed one loses a count, never correctness.
+	n.obsCh = make(chan raft.Observation, 16)
+	n.obs = raft.NewObserver(n.obsCh, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	r.RegisterObserver(n.obs)
+	if cfg.Metrics != nil {
+		n.metrics.register(cfg.Metrics, n)
+	}
 	return n, nil
 }
 
@@ -224,8 +242,9 @@ func New(cfg Config) (*Node, error) {
 // before Start see every term, even one won during New.
 func (n *Node) Start() {
 	n.startOnce.Do(func() {
-		n.done.Add(1)
+		n.done.Add(2)
 		go n.watchLeadership(n.notify)
+		go n.countLeaderChanges(n.obsCh)
 	})
 }
 
@@ -239,6 +258,7 @@ func (n *Node) Close() error {
 				n.log.Warn("leadership transfer before stop failed", "err", err)
 			}
 		}
+		n.raft.DeregisterObserver(n.obs)
 		if err := n.raft.Shutdown().Error(); err != nil {
 			n.closeErr = fmt.Errorf("node: raft shutdown: %w", err)
 		}
@@ -407,8 +427,11 @@ func (n *Node) Propose(ctx context.Context, op fsm.Op, msg fsm.Message) (any, er
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	start := time.Now()
+	n.metrics.proposals.Inc()
 	f := n.raft.Apply(data, n.cfg.ElectionTimeout)
 	if err := f.Error(); err != nil {
+		n.metrics.proposalsFail.Inc()
 		switch {
 		case errors.Is(err, raft.ErrNotLeader):
 			return nil, ErrNotLeader
@@ -421,6 +444,7 @@ func (n *Node) Propose(ctx context.Context, op fsm.Op, msg fsm.Message) (any, er
 		}
 		return nil, fmt.Errorf("node: propose %s: %w", op, err)
 	}
+	n.metrics.applyLatency.Observe(time.Since(start).Seconds())
 	res, ok := f.Response().(fsm.Result)
 	if !ok {
 		return nil, fmt.Errorf("node: propose %s: unexpected apply result %T", op, f.Response())

@@ -9,13 +9,18 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// HTTPHandler serves /health (etcd's JSON form), /livez, /readyz and /metrics.
-func (s *Server) HTTPHandler() http.Handler {
+// HTTPHandler serves /health (etcd's JSON form), /livez, /readyz and
+// /metrics, the last from metrics (nil serves an empty set).
+func (s *Server) HTTPHandler(metrics prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.Handler())
+	if metrics == nil {
+		metrics = prometheus.NewRegistry()
+	}
+	mux.Handle("/metrics", promhttp.HandlerFor(metrics, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/livez", func(w http.ResponseWriter, r *http.Request) {
 		// Alive means the process serves requests; it says nothing of quorum,
 		// so an orchestrator does not restart members of a partitioned cluster.

@@ -167,6 +167,9 @@ func NewPeerMux(ln net.Listener, cfg PeerConfig, logger *slog.Logger) (*PeerMux,
 // Close stops accepting peer connections.
 func (p *PeerMux) Close() error { return p.m.ln.Close() }
 
+// Addr is the address the peer listener is bound to.
+func (p *PeerMux) Addr() net.Addr { return p.m.ln.Addr() }
+
 // GRPCListener yields member-to-member gRPC connections.
 func (p *PeerMux) GRPCListener() net.Listener { return p.grpc }
 
@@ -243,8 +246,11 @@ type ClientMux struct {
 
 var h2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 
-// NewClientMux serves ln.
-func NewClientMux(ln net.Listener, logger *slog.Logger) *ClientMux {
+// NewClientMux serves ln, through TLS when tlsCfg is set.
+func NewClientMux(ln net.Listener, tlsCfg *tls.Config, logger *slog.Logger) *ClientMux {
+	if tlsCfg != nil {
+		ln = tls.NewListener(ln, tlsCfg)
+	}
 	c := &ClientMux{grpc: newRoute(ln.Addr()), http: newRoute(ln.Addr())}
 	c.m = mux{ln: ln, log: logger, routes: []*route{c.grpc, c.http}}
 	c.m.classify = func(br *bufio.Reader) (*route, error) {

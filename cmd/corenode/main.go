@@ -8,6 +8,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -56,6 +58,7 @@ type options struct {
 	logLevel                                   string
 	leaseCheckpointMS, leaseTickMS             int
 	leaseBatch                                 int
+	clientTLS, peerTLS                         member.TLSInfo
 }
 
 func newFlagSet(o *options) *flag.FlagSet {
@@ -77,9 +80,17 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.leaseCheckpointMS, "lease-checkpoint-after", 1000, "milliseconds a lease goes without keep-alive before the leader checkpoints its remaining TTL; bounds how far a leader change extends it")
 	fs.IntVar(&o.leaseTickMS, "lease-tick", 100, "milliseconds between the leader's lease-clock ticks and checkpoint batches")
 	fs.IntVar(&o.leaseBatch, "lease-checkpoint-batch", 1000, "most leases in one checkpoint or expiry entry")
+	fs.StringVar(&o.clientTLS.CertFile, "cert-file", "", "path to the client server TLS cert file (for https:// client URLs)")
+	fs.StringVar(&o.clientTLS.KeyFile, "key-file", "", "path to the client server TLS key file")
+	fs.StringVar(&o.clientTLS.TrustedCAFile, "trusted-ca-file", "", "path to the CA bundle that signs client certificates")
+	fs.BoolVar(&o.clientTLS.ClientCertAuth, "client-cert-auth", false, "refuse clients without a certificate signed by --trusted-ca-file")
+	fs.StringVar(&o.peerTLS.CertFile, "peer-cert-file", "", "path to the peer TLS cert file (for https:// peer URLs); also presented when dialing other members")
+	fs.StringVar(&o.peerTLS.KeyFile, "peer-key-file", "", "path to the peer TLS key file")
+	fs.StringVar(&o.peerTLS.TrustedCAFile, "peer-trusted-ca-file", "", "path to the CA bundle that signs the other members' certificates")
+	fs.BoolVar(&o.peerTLS.ClientCertAuth, "peer-client-cert-auth", false, "refuse peers without a certificate signed by --peer-trusted-ca-file")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: corenode [flags]\n       corenode health [--endpoint URL]\n       corenode version\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: corenode [flags]\n       corenode health [--endpoint URL] [--cacert F --cert F --key F]\n       corenode version\n\n"+
 			"Every flag can also be set by an environment variable CORENODE_<FLAG>, e.g. CORENODE_DATA_DIR;\n"+
 			"a flag given on the command line wins.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -166,6 +177,8 @@ func run(args []string) error {
 		LeaseCheckpointAfter:     time.Duration(o.leaseCheckpointMS) * time.Millisecond,
 		LeaseTick:                time.Duration(o.leaseTickMS) * time.Millisecond,
 		LeaseBatch:               o.leaseBatch,
+		ClientTLS:                o.clientTLS,
+		PeerTLS:                  o.peerTLS,
 	})
 	if err != nil {
 		return err
@@ -183,7 +196,15 @@ func health(args []string) int {
 	fs := flag.NewFlagSet("corenode health", flag.ContinueOnError)
 	endpoint := fs.String("endpoint", "http://127.0.0.1:2379", "client URL of the member to check")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for an answer")
+	cacert := fs.String("cacert", "", "CA bundle to verify an https:// endpoint")
+	cert := fs.String("cert", "", "client certificate, for members that require one")
+	key := fs.String("key", "", "client key, with --cert")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	client, err := healthClient(*cacert, *cert, *key)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "corenode health:", err)
 		return 2
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -193,7 +214,7 @@ func health(args []string) int {
 		fmt.Fprintln(os.Stderr, "corenode health:", err)
 		return 2
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "corenode health:", err)
 		return 1
@@ -210,4 +231,31 @@ func health(args []string) int {
 	}
 	fmt.Printf("%s is healthy\n", *endpoint)
 	return 0
+}
+
+// healthClient is an HTTP client that trusts cacert and presents cert/key
+// when given, so the health check works against TLS members too.
+func healthClient(cacert, cert, key string) (*http.Client, error) {
+	if cacert == "" && cert == "" && key == "" {
+		return http.DefaultClient, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cacert != "" {
+		pem, err := os.ReadFile(cacert)
+		if err != nil {
+			return nil, fmt.Errorf("--cacert: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--cacert %s: no PEM certificates in it", cacert)
+		}
+	}
+	if cert != "" || key != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("--cert/--key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}, nil
 }

@@ -4,6 +4,7 @@ package membertest
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -27,6 +28,29 @@ type Cluster struct {
 	cfgs    []member.Config
 	peers   []string
 	clients []string
+	opts    options
+}
+
+type options struct {
+	scheme    string
+	clientTLS member.TLSInfo
+	peerTLS   member.TLSInfo
+	dialTLS   *tls.Config
+	configure func(i int, cfg *member.Config)
+}
+
+// Option changes how a test cluster is set up.
+type Option func(*options)
+
+// WithTLS serves https on client and peer ports with the given certificates;
+// Client dials with dial.
+func WithTLS(client, peer member.TLSInfo, dial *tls.Config) Option {
+	return func(o *options) { o.scheme, o.clientTLS, o.peerTLS, o.dialTLS = "https", client, peer, dial }
+}
+
+// WithConfig edits each member's configuration before it starts.
+func WithConfig(f func(i int, cfg *member.Config)) Option {
+	return func(o *options) { o.configure = f }
 }
 
 // ElectionTimeout used by test clusters: short, so failover tests are quick,
@@ -34,18 +58,21 @@ type Cluster struct {
 const ElectionTimeout = 500 * time.Millisecond
 
 // New starts an n-member cluster and waits for a leader.
-func New(t testing.TB, n int) *Cluster {
+func New(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t}
+	c := &Cluster{t: t, opts: options{scheme: "http"}}
+	for _, o := range opts {
+		o(&c.opts)
+	}
 	var parts []string
 	peerLns := make([]net.Listener, n)
 	clientLns := make([]net.Listener, n)
 	for i := range n {
 		peerLns[i] = listen(t)
 		clientLns[i] = listen(t)
-		peer := "http://" + peerLns[i].Addr().String()
+		peer := c.opts.scheme + "://" + peerLns[i].Addr().String()
 		c.peers = append(c.peers, peer)
-		c.clients = append(c.clients, "http://"+clientLns[i].Addr().String())
+		c.clients = append(c.clients, c.opts.scheme+"://"+clientLns[i].Addr().String())
 		parts = append(parts, fmt.Sprintf("m%d=%s", i, peer))
 	}
 	dir := t.TempDir()
@@ -63,6 +90,11 @@ func New(t testing.TB, n int) *Cluster {
 			HeartbeatInterval:        50 * time.Millisecond,
 			Logger:                   Logger(),
 			RaftLog:                  raftLog(),
+			ClientTLS:                c.opts.clientTLS,
+			PeerTLS:                  c.opts.peerTLS,
+		}
+		if c.opts.configure != nil {
+			c.opts.configure(i, &cfg)
 		}
 		c.cfgs = append(c.cfgs, cfg)
 		cfg.PeerListener, cfg.ClientListeners = peerLns[i], []net.Listener{clientLns[i]}
@@ -112,7 +144,13 @@ func (c *Cluster) Close() {
 }
 
 // Endpoint is member i's client address.
-func (c *Cluster) Endpoint(i int) string { return strings.TrimPrefix(c.clients[i], "http://") }
+func (c *Cluster) Endpoint(i int) string {
+	_, hp, _ := strings.Cut(c.clients[i], "://")
+	return hp
+}
+
+// ClientURL is member i's client URL, with its scheme.
+func (c *Cluster) ClientURL(i int) string { return c.clients[i] }
 
 // Endpoints are all members' client addresses.
 func (c *Cluster) Endpoints() []string {
@@ -134,7 +172,7 @@ func (c *Cluster) Client(members ...int) *clientv3.Client {
 			eps = append(eps, c.Endpoint(i))
 		}
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: c.opts.dialTLS})
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -189,8 +227,8 @@ func (c *Cluster) Join() int {
 	c.t.Helper()
 	i := len(c.Members)
 	peerLn, clientLn := listen(c.t), listen(c.t)
-	peer := "http://" + peerLn.Addr().String()
-	client := "http://" + clientLn.Addr().String()
+	peer := c.opts.scheme + "://" + peerLn.Addr().String()
+	client := c.opts.scheme + "://" + clientLn.Addr().String()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if _, err := c.Client().MemberAdd(ctx, []string{peer}); err != nil {

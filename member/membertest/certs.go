@@ -1,0 +1,114 @@
+package membertest
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// CA is a throwaway certificate authority for TLS tests: tests make their
+// own certificates, so nothing secret or expiring lives in the repository.
+type CA struct {
+	t    testing.TB
+	dir  string
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	// File is the CA certificate's PEM file.
+	File string
+}
+
+// Pair is an issued certificate and key on disk.
+type Pair struct{ CertFile, KeyFile string }
+
+var serial atomic.Int64
+
+// NewCA creates a CA in a temporary directory.
+func NewCA(t testing.TB, name string) *CA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(serial.Add(1)),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	ca := &CA{t: t, dir: t.TempDir(), cert: cert, key: key}
+	ca.File = ca.write(name+"-ca.pem", "CERTIFICATE", der)
+	return ca
+}
+
+// Issue signs a certificate for name, valid for serving on ips and for
+// authenticating as a client (members do both on the peer port).
+func (ca *CA) Issue(name string, ips ...net.IP) Pair {
+	ca.t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		ca.t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial.Add(1)),
+		Subject:      pkix.Name{CommonName: name},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses:  ips,
+		DNSNames:     []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		ca.t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		ca.t.Fatal(err)
+	}
+	return Pair{CertFile: ca.write(name+".pem", "CERTIFICATE", der), KeyFile: ca.write(name+"-key.pem", "EC PRIVATE KEY", kder)}
+}
+
+// ClientConfig is a client TLS config that trusts ca and presents p (when
+// p has files).
+func (ca *CA) ClientConfig(p Pair) *tls.Config {
+	ca.t.Helper()
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	cfg := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if p.CertFile != "" {
+		pair, err := tls.LoadX509KeyPair(p.CertFile, p.KeyFile)
+		if err != nil {
+			ca.t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg
+}
+
+func (ca *CA) write(name, kind string, der []byte) string {
+	p := filepath.Join(ca.dir, name)
+	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
+		ca.t.Fatal(err)
+	}
+	return p
+}

@@ -1,0 +1,123 @@
+package node
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the member's raft, proposal and disk series. Their names are
+// the ones deploy/grafana/corenode.json charts; rename both together.
+type metrics struct {
+	proposals     prometheus.Counter
+	proposalsFail prometheus.Counter
+	applyLatency  prometheus.Histogram
+	fsync         prometheus.Histogram
+	leaderChanges prometheus.Counter
+}
+
+// latencyBuckets span a loopback commit (sub-millisecond) to a stalled disk.
+var latencyBuckets = []float64{.0005, .001, .002, .004, .008, .016, .032, .064, .128, .256, .512, 1.024, 2.048, 4.096}
+
+func newMetrics() *metrics {
+	return &metrics{
+		proposals: prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_proposals_total",
+			Help: "Commands this member proposed as leader."}),
+		proposalsFail: prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_proposals_failed_total",
+			Help: "Proposals that did not commit (lost leadership, timeout, shutdown)."}),
+		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "corenode_proposal_apply_seconds",
+			Help: "Time from proposing a command to its being applied on this member.", Buckets: latencyBuckets}),
+		fsync: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "corenode_disk_fsync_seconds",
+			Help: "Time to append a batch of log entries to the raft log, including its fsync.", Buckets: latencyBuckets}),
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_raft_leader_changes_total",
+			Help: "Leader changes this member has seen."}),
+	}
+}
+
+// register adds the series, with gauges read from n at scrape time.
+func (m *metrics) register(reg prometheus.Registerer, n *Node) {
+	gauge := func(name, help string, f func() float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f)
+	}
+	boolean := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	reg.MustRegister(m.proposals, m.proposalsFail, m.applyLatency, m.fsync, m.leaderChanges,
+		gauge("corenode_raft_has_leader", "1 if this member knows a leader.", func() float64 {
+			addr, _ := n.raft.LeaderWithID()
+			return boolean(addr != "")
+		}),
+		gauge("corenode_raft_is_leader", "1 if this member is the leader.", func() float64 {
+			return boolean(n.raft.State() == raft.Leader)
+		}),
+		gauge("corenode_raft_term", "Current raft term.", func() float64 { return float64(n.raft.CurrentTerm()) }),
+		gauge("corenode_raft_commit_index", "Highest log index known committed.", func() float64 {
+			v, _ := strconv.ParseUint(n.raft.Stats()["commit_index"], 10, 64)
+			return float64(v)
+		}),
+		gauge("corenode_raft_applied_index", "Highest log index applied to the state machine.", func() float64 {
+			return float64(n.raft.AppliedIndex())
+		}),
+		gauge("corenode_kv_db_size_bytes", "Size on disk of the raft log and its newest snapshot.", func() float64 {
+			return float64(n.diskSize())
+		}),
+	)
+}
+
+// diskSize is what this member keeps on disk: the bolt log plus the newest
+// snapshot, the two things an operator sizes the data volume for.
+func (n *Node) diskSize() int64 {
+	var total int64
+	if fi, err := os.Stat(filepath.Join(n.cfg.DataDir, "raft.db")); err == nil {
+		total += fi.Size()
+	}
+	if snaps, err := n.snaps.List(); err == nil && len(snaps) > 0 {
+		total += snaps[0].Size
+	}
+	return total
+}
+
+// timedLogStore times appends to the raft log: bolt commits each batch with
+// an fsync, so this is the disk latency every write waits for.
+type timedLogStore struct {
+	raft.LogStore
+	h prometheus.Histogram
+}
+
+func (s timedLogStore) StoreLog(l *raft.Log) error {
+	return s.StoreLogs([]*raft.Log{l})
+}
+
+func (s timedLogStore) StoreLogs(ls []*raft.Log) error {
+	start := time.Now()
+	err := s.LogStore.StoreLogs(ls)
+	s.h.Observe(time.Since(start).Seconds())
+	return err
+}
+
+// countLeaderChanges counts leader observations until stop closes. raft
+// reports every change of the leader this member knows, including to none;
+// only a new leader counts, as etcd's leader_changes_seen does.
+func (n *Node) countLeaderChanges(ch chan raft.Observation) {
+	defer n.done.Done()
+	var last raft.ServerID
+	for {
+		select {
+		case <-n.stop:
+			return
+		case o := <-ch:
+			lo, ok := o.Data.(raft.LeaderObservation)
+			if ok && lo.LeaderID != "" && lo.LeaderID != last {
+				last = lo.LeaderID
+				n.metrics.leaderChanges.Inc()
+			}
+		}
+	}
+}
