@@ -392,3 +392,31 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.log.Info("restored state from snapshot", "revision", f.store.Rev(), "members", len(members), "leases", len(leases))
 	return nil
 }
+
+// SnapshotStats describes a snapshot's contents.
+type SnapshotStats struct {
+	Revision int64
+	Keys     int
+	Leases   int
+}
+
+// Reseed reads a snapshot from src, checking it decodes completely, and
+// writes it to dst as the first state of a new cluster: with clusterID and
+// without the old cluster's published members, which the new members
+// publish afresh. Keys, revisions and leases are kept.
+func Reseed(src io.Reader, dst io.Writer, clusterID uint64, logger *slog.Logger) (SnapshotStats, error) {
+	f := New(logger, nil)
+	if err := f.Restore(io.NopCloser(src)); err != nil {
+		return SnapshotStats{}, err
+	}
+	f.clusterID = clusterID
+	f.members = map[uint64]*pb.Member{}
+	s, err := f.Snapshot()
+	if err != nil {
+		return SnapshotStats{}, err
+	}
+	if err := s.(*snapshot).write(dst); err != nil {
+		return SnapshotStats{}, fmt.Errorf("fsm: write reseeded snapshot: %w", err)
+	}
+	return SnapshotStats{Revision: f.store.Rev(), Keys: f.store.KeyCount(), Leases: f.LeaseCount()}, nil
+}

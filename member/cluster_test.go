@@ -523,6 +523,19 @@ func TestMemberAddThenRemove(t *testing.T) {
 	if _, err := c.Client(0).Put(ctx, "after-remove", "1"); err != nil {
 		t.Fatalf("the remaining 3 members must still take writes: %v", err)
 	}
+	// The removed member learns it was removed, so its process can exit.
+	select {
+	case <-c.Members[n].Removed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("removed member never learned it was removed")
+	}
+	for i := range 3 {
+		select {
+		case <-c.Members[i].Removed():
+			t.Fatalf("member %d thinks it was removed", i)
+		default:
+		}
+	}
 	// The removed member no longer takes part: it cannot serve a
 	// linearizable read once it has left.
 	deadline = time.Now().Add(10 * time.Second)
@@ -537,5 +550,29 @@ func TestMemberAddThenRemove(t *testing.T) {
 			t.Fatal("removed member still serves linearizable reads")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRemoveLeader removes the leader itself: it commits its own removal,
+// steps down and stops, and the two remaining members elect a new leader.
+func TestRemoveLeader(t *testing.T) {
+	c := membertest.New(t, 3)
+	ctx := ctxT(t)
+	leader := c.WaitLeader()
+	rest := []int{(leader + 1) % 3, (leader + 2) % 3}
+	if _, err := c.Client(rest...).MemberRemove(ctx, c.Members[leader].ID()); err != nil {
+		t.Fatalf("remove the leader: %v", err)
+	}
+	select {
+	case <-c.Members[leader].Removed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("removed leader never learned it was removed")
+	}
+	if _, err := c.Client(rest...).Put(ctx, "after", "1"); err != nil {
+		t.Fatalf("the remaining members must take writes: %v", err)
+	}
+	ml, err := c.Client(rest...).MemberList(ctx)
+	if err != nil || len(ml.Members) != 2 {
+		t.Fatalf("member list after removing the leader: %v %v", ml, err)
 	}
 }

@@ -132,6 +132,30 @@ func hostPort(rawURL string) (string, error) {
 
 func isHTTPS(rawURL string) bool { return strings.HasPrefix(rawURL, "https://") }
 
+// initialServers is the raft configuration --initial-cluster describes,
+// after checking that it names this member with its advertised peer URLs.
+func initialServers(name, initialCluster, token string, advertisePeerURLs []string) ([]raft.Server, error) {
+	initial, err := ParseInitialCluster(initialCluster)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := initial[name]; !ok {
+		return nil, fmt.Errorf("--initial-cluster has no member named %q (--name)", name)
+	}
+	if !slices.Equal(sorted(initial[name]), sorted(advertisePeerURLs)) {
+		return nil, fmt.Errorf("--initial-cluster gives %s peer URLs %v but --initial-advertise-peer-urls is %v",
+			name, initial[name], advertisePeerURLs)
+	}
+	var servers []raft.Server
+	for _, urls := range initial {
+		addr, _ := hostPort(urls[0])
+		servers = append(servers, raft.Server{Suffrage: raft.Voter,
+			ID: node.ServerID(node.MemberID(urls, token)), Address: raft.ServerAddress(addr)})
+	}
+	slices.SortFunc(servers, func(a, b raft.Server) int { return strings.Compare(string(a.ID), string(b.ID)) })
+	return servers, nil
+}
+
 // Start starts a member and returns once it serves; the cluster may still be
 // electing a leader.
 func Start(cfg Config) (*Member, error) {
@@ -142,24 +166,10 @@ func Start(cfg Config) (*Member, error) {
 		cfg.InitialClusterToken = "corenode-cluster"
 	}
 	logger := cfg.Logger.With("member", cfg.Name)
-	initial, err := ParseInitialCluster(cfg.InitialCluster)
+	servers, err := initialServers(cfg.Name, cfg.InitialCluster, cfg.InitialClusterToken, cfg.InitialAdvertisePeerURLs)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := initial[cfg.Name]; !ok {
-		return nil, fmt.Errorf("--initial-cluster has no member named %q (--name)", cfg.Name)
-	}
-	if !slices.Equal(sorted(initial[cfg.Name]), sorted(cfg.InitialAdvertisePeerURLs)) {
-		return nil, fmt.Errorf("--initial-cluster gives %s peer URLs %v but --initial-advertise-peer-urls is %v",
-			cfg.Name, initial[cfg.Name], cfg.InitialAdvertisePeerURLs)
-	}
-	var servers []raft.Server
-	for _, urls := range initial {
-		addr, _ := hostPort(urls[0])
-		servers = append(servers, raft.Server{Suffrage: raft.Voter,
-			ID: node.ServerID(node.MemberID(urls, cfg.InitialClusterToken)), Address: raft.ServerAddress(addr)})
-	}
-	slices.SortFunc(servers, func(a, b raft.Server) int { return strings.Compare(string(a.ID), string(b.ID)) })
 	advPeer, err := hostPort(cfg.InitialAdvertisePeerURLs[0])
 	if err != nil {
 		return nil, fmt.Errorf("--initial-advertise-peer-urls: %w", err)
@@ -368,6 +378,10 @@ func (m *Member) serve(f func() error) {
 		}
 	}()
 }
+
+// Removed is closed when the cluster has removed this member; the process
+// should then Close it and exit.
+func (m *Member) Removed() <-chan struct{} { return m.node.Removed() }
 
 // Node is the member's node.
 func (m *Member) Node() *node.Node { return m.node }

@@ -103,12 +103,14 @@ type Node struct {
 	smu      sync.Mutex
 	services []LeaderService
 
-	notify    chan bool
-	startOnce sync.Once
-	stop      chan struct{}
-	done      sync.WaitGroup
-	closeErr  error
-	closed    sync.Once
+	notify      chan bool
+	removed     chan struct{}
+	removedOnce sync.Once
+	startOnce   sync.Once
+	stop        chan struct{}
+	done        sync.WaitGroup
+	closeErr    error
+	closed      sync.Once
 }
 
 // MemberID derives a member's ID from its peer URLs and the cluster token, as
@@ -158,7 +160,8 @@ func New(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger, cfg.LeaseObserver), stop: make(chan struct{}), metrics: newMetrics()}
+	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger, cfg.LeaseObserver), stop: make(chan struct{}), metrics: newMetrics(),
+		removed: make(chan struct{})}
 
 	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
 	if err != nil {
@@ -223,6 +226,11 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.raft = r
 	n.notify = notify
+	if in, known := n.inConfiguration(); known && !in {
+		r.Shutdown()
+		bolt.Close()
+		return nil, ErrRemoved
+	}
 	// Observations are dropped rather than block raft when the counter lags;
 	// a missed one loses a count, never correctness.
 	n.obsCh = make(chan raft.Observation, 16)
@@ -242,8 +250,9 @@ func New(cfg Config) (*Node, error) {
 // before Start see every term, even one won during New.
 func (n *Node) Start() {
 	n.startOnce.Do(func() {
-		n.done.Add(2)
+		n.done.Add(3)
 		go n.watchLeadership(n.notify)
+		go n.watchRemoval()
 		go n.countLeaderChanges(n.obsCh)
 	})
 }
@@ -613,4 +622,55 @@ func (n *Node) TransferLeadership(id uint64) error {
 		}
 	}
 	return rpctypes.ErrGRPCMemberNotFound
+}
+
+// OpenSnapshot returns a consistent snapshot of the state machine as of a
+// recent applied index: raft takes a fresh snapshot (which also compacts the
+// log), or, when nothing was applied since the last one, that one serves.
+// The caller closes the reader.
+func (n *Node) OpenSnapshot() (*raft.SnapshotMeta, io.ReadCloser, error) {
+	f := n.raft.Snapshot()
+	if err := f.Error(); err == nil {
+		return f.Open()
+	} else if !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		return nil, nil, fmt.Errorf("node: take snapshot: %w", err)
+	}
+	metas, err := n.snaps.List()
+	if err != nil {
+		return nil, nil, fmt.Errorf("node: list snapshots: %w", err)
+	}
+	if len(metas) == 0 {
+		return nil, nil, errors.New("node: no snapshot available")
+	}
+	return n.snaps.Open(metas[0].ID)
+}
+
+// WriteRestoredSnapshot seeds an empty data directory with state as its
+// first raft snapshot, with servers as the configuration: the member started
+// on it finds existing state and skips bootstrap, so every member of a
+// cluster restored from the same file starts from identical state.
+func WriteRestoredSnapshot(dataDir string, servers []raft.Server, state io.Reader) error {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("node: data dir: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dataDir, 2, hclog.NewNullLogger())
+	if err != nil {
+		return fmt.Errorf("node: open snapshot store: %w", err)
+	}
+	// The transport only encodes the legacy peer list inside the snapshot
+	// metadata; its address form is the same as the network transport's.
+	_, trans := raft.NewInmemTransport("")
+	defer trans.Close()
+	sink, err := snaps.Create(raft.SnapshotVersionMax, 1, 1, raft.Configuration{Servers: servers}, 1, trans)
+	if err != nil {
+		return fmt.Errorf("node: create snapshot: %w", err)
+	}
+	if _, err := io.Copy(sink, state); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("node: write snapshot: %w", err)
+	}
+	if err := sink.Close(); err != nil {
+		return fmt.Errorf("node: write snapshot: %w", err)
+	}
+	return nil
 }

@@ -74,11 +74,19 @@ func (c *clusterService) MemberRemove(ctx context.Context, r *pb.MemberRemoveReq
 	if err != nil {
 		return nil, mapErr(ctx, err)
 	}
-	if !slices.ContainsFunc(ms, func(m *pb.Member) bool { return m.ID == r.ID }) {
+	i := slices.IndexFunc(ms, func(m *pb.Member) bool { return m.ID == r.ID })
+	if i < 0 {
 		return nil, rpctypes.ErrGRPCMemberNotFound
 	}
+	removed := ms[i]
 	_, err = onLeader(c.s, ctx, func(ctx context.Context) (*pb.MemberRemoveResponse, error) {
-		return nil, c.s.node.RemoveMember(r.ID)
+		if err := c.s.node.RemoveMember(r.ID); err != nil {
+			return nil, err
+		}
+		if addr, err := peerAddr(removed.PeerURLs); err == nil && r.ID != c.s.node.ID() {
+			go c.s.tellRemoved(r.ID, addr)
+		}
+		return nil, nil
 	}, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberRemoveResponse, error) {
 		return pb.NewClusterClient(conn).MemberRemove(ctx, r)
 	})

@@ -2,10 +2,12 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 
 	"github.com/corenode/corenode/fsm"
@@ -25,18 +27,52 @@ var peerServiceDesc = grpc.ServiceDesc{
 			}
 			return srv.(peerServer).Publish(ctx, m)
 		},
+	}, {
+		MethodName: "Removed",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			m := new(pb.Member)
+			if err := dec(m); err != nil {
+				return nil, err
+			}
+			return srv.(peerServer).Removed(ctx, m)
+		},
 	}},
 	Metadata: "corenode/peer",
 }
 
 type peerServer interface {
 	Publish(context.Context, *pb.Member) (*pb.MemberUpdateResponse, error)
+	// Removed tells a member the leader has removed it from the cluster.
+	Removed(context.Context, *pb.Member) (*pb.MemberUpdateResponse, error)
 }
 
 type peerService struct{ s *Server }
 
 func (p *peerService) Publish(ctx context.Context, m *pb.Member) (*pb.MemberUpdateResponse, error) {
 	return p.s.publish(ctx, m)
+}
+
+func (p *peerService) Removed(ctx context.Context, m *pb.Member) (*pb.MemberUpdateResponse, error) {
+	if m.ID != p.s.node.ID() {
+		return nil, rpctypes.ErrGRPCMemberNotFound
+	}
+	p.s.node.MarkRemoved("the leader said so")
+	return &pb.MemberUpdateResponse{}, nil
+}
+
+// tellRemoved lets a removed member know, so it stops rather than campaign
+// forever: the leader stops replicating to it, so it may never see its own
+// removal. Best effort; it also notices when it applies the configuration.
+func (s *Server) tellRemoved(id uint64, addr string) {
+	conn, err := s.peerConn(addr)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := conn.Invoke(ctx, "/corenode.Peer/Removed", &pb.Member{ID: id}, new(pb.MemberUpdateResponse)); err != nil {
+		s.log.Info("could not tell a removed member", "id", fmt.Sprintf("%x", id), "err", err)
+	}
 }
 
 func (s *Server) publish(ctx context.Context, m *pb.Member) (*pb.MemberUpdateResponse, error) {

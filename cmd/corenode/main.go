@@ -4,6 +4,7 @@
 //	corenode                      one-member cluster on 127.0.0.1:2379
 //	corenode --name a ...         a member of a larger cluster (etcd's flags)
 //	corenode health [--endpoint]  exit 0 if the member answers /health true
+//	corenode snapshot restore F   seed a new cluster member from `etcdctl snapshot save` output
 package main
 
 import (
@@ -36,6 +37,8 @@ func main() {
 		switch os.Args[1] {
 		case "health":
 			os.Exit(health(os.Args[2:]))
+		case "snapshot":
+			os.Exit(snapshot(os.Args[2:]))
 		case "version", "--version":
 			fmt.Println("corenode", version)
 			return
@@ -90,7 +93,9 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.peerTLS.ClientCertAuth, "peer-client-cert-auth", false, "refuse peers without a certificate signed by --peer-trusted-ca-file")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: corenode [flags]\n       corenode health [--endpoint URL] [--cacert F --cert F --key F]\n       corenode version\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: corenode [flags]\n       corenode health [--endpoint URL] [--cacert F --cert F --key F]\n"+
+			"       corenode snapshot restore FILE --name N --data-dir D --initial-cluster C --initial-advertise-peer-urls U\n"+
+			"       corenode version\n\n"+
 			"Every flag can also be set by an environment variable CORENODE_<FLAG>, e.g. CORENODE_DATA_DIR;\n"+
 			"a flag given on the command line wins.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -185,9 +190,15 @@ func run(args []string) error {
 	}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	s := <-sig
-	logger.Info("stopping", "signal", s.String())
-	return m.Close()
+	select {
+	case s := <-sig:
+		logger.Info("stopping", "signal", s.String())
+		return m.Close()
+	case <-m.Removed():
+		m.Close()
+		return errors.New("this member was removed from the cluster (etcdctl member remove); " +
+			"to rejoin, remove its data dir and add it again")
+	}
 }
 
 // health asks a member's /health endpoint; it is the container health check,
@@ -258,4 +269,53 @@ func healthClient(cacert, cert, key string) (*http.Client, error) {
 		cfg.Certificates = []tls.Certificate{pair}
 	}
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}, nil
+}
+
+// snapshot implements `corenode snapshot restore`, etcdutl's restore for
+// files that `etcdctl snapshot save` wrote from a corenode member.
+func snapshot(args []string) int {
+	usage := "usage: corenode snapshot restore FILE --name NAME --data-dir DIR --initial-cluster NAME=URL,... " +
+		"--initial-advertise-peer-urls URL [--initial-cluster-token TOKEN]"
+	if len(args) == 0 || args[0] != "restore" {
+		fmt.Fprintln(os.Stderr, usage)
+		return 2
+	}
+	args = args[1:]
+	var file string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		file, args = args[0], args[1:]
+	}
+	fs := flag.NewFlagSet("corenode snapshot restore", flag.ContinueOnError)
+	name := fs.String("name", "default", "name of the member this data dir is for")
+	dataDir := fs.String("data-dir", "", "directory to create (default \"${name}.corenode\"); must not exist or be empty")
+	initialCluster := fs.String("initial-cluster", "", "the new cluster, name=peer-url,... (default \"${name}=${initial-advertise-peer-urls}\")")
+	token := fs.String("initial-cluster-token", "corenode-cluster", "token of the new cluster")
+	advertise := fs.String("initial-advertise-peer-urls", "http://127.0.0.1:2380", "this member's peer URL in the new cluster")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if file == "" && fs.NArg() > 0 {
+		file = fs.Arg(0)
+	}
+	if file == "" {
+		fmt.Fprintln(os.Stderr, usage)
+		return 2
+	}
+	if *dataDir == "" {
+		*dataDir = *name + ".corenode"
+	}
+	if *initialCluster == "" {
+		*initialCluster = *name + "=" + *advertise
+	}
+	stats, err := member.Restore(member.RestoreConfig{
+		SnapshotFile: file, Name: *name, DataDir: *dataDir, InitialCluster: *initialCluster,
+		InitialClusterToken: *token, InitialAdvertisePeerURLs: splitURLs(*advertise),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "corenode snapshot restore:", err)
+		return 1
+	}
+	fmt.Printf("restored %s into %s: revision %d, %d keys, %d leases\n", file, *dataDir, stats.Revision, stats.Keys, stats.Leases)
+	return 0
 }

@@ -36,6 +36,8 @@ type member struct {
 	peerURL   string
 	dataDir   string
 	logPath   string
+	// extra flags override the cluster's (the last of a repeated flag wins).
+	extra []string
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once cmd.Wait returns
@@ -187,7 +189,7 @@ func (c *cluster) initialCluster() string {
 // flags are the same on every start: a member with data ignores
 // --initial-cluster-state new, as etcd does, so a restart needs no change.
 func (c *cluster) flags(m *member) []string {
-	return []string{
+	return append([]string{
 		"--name", m.name,
 		"--data-dir", m.dataDir,
 		"--listen-client-urls", m.clientURL,
@@ -199,7 +201,7 @@ func (c *cluster) flags(m *member) []string {
 		"--initial-cluster-token", c.token,
 		"--heartbeat-interval", fmt.Sprint(heartbeatMS),
 		"--election-timeout", fmt.Sprint(electionMS),
-	}
+	}, m.extra...)
 }
 
 func (c *cluster) startAll() error {

@@ -35,6 +35,9 @@ func TestCluster(t *testing.T) {
 	t.Run("MemberList", func(t *testing.T) { testMemberList(t, c, eps) })
 	t.Run("EndpointStatus", func(t *testing.T) { testEndpointStatus(t, c, eps) })
 	t.Run("MoveLeader", func(t *testing.T) { testMoveLeader(t, c, eps) })
+	t.Run("MemberAddRemove", func(t *testing.T) { testMemberAddRemove(t, c) })
+	t.Run("SnapshotSaveRestore", func(t *testing.T) { testSnapshotSaveRestore(t, c) })
+	t.Run("SIGTERMHandsOver", func(t *testing.T) { testSIGTERMHandsOver(t, c) })
 	t.Run("Failover", func(t *testing.T) { testFailover(t, c) })
 	t.Run("LeaseExpiryWhileLeaderKilled", func(t *testing.T) { testLeaseExpiryWhileLeaderKilled(t, c) })
 	t.Run("Durability", func(t *testing.T) { testDurability(t, c) })
@@ -409,9 +412,9 @@ func testDurability(t *testing.T, c *cluster) {
 
 	// Linearizable through the cluster, then serializable on each member:
 	// every member's own copy must hold every acknowledged write.
-	checkAcked(t, "linearizable via all endpoints", c.endpoints(), acked, false, 10*time.Second)
+	checkAcked(t, "linearizable via all endpoints", c.endpoints(), "/dur/", acked, false, 10*time.Second)
 	for _, m := range c.members {
-		checkAcked(t, "serializable on "+m.name, []string{m.clientURL}, acked, true, 10*time.Second)
+		checkAcked(t, "serializable on "+m.name, []string{m.clientURL}, "/dur/", acked, true, 10*time.Second)
 	}
 }
 
@@ -465,7 +468,7 @@ func writeUntilAcked(t *testing.T, c *cluster, want int) (map[string]string, int
 	return acked, next.Load()
 }
 
-func checkAcked(t *testing.T, how string, eps []string, acked map[string]string, serializable bool, wait time.Duration) {
+func checkAcked(t *testing.T, how string, eps []string, prefix string, acked map[string]string, serializable bool, wait time.Duration) {
 	t.Helper()
 	cli := newClient(t, eps)
 	defer cli.Close()
@@ -476,7 +479,7 @@ func checkAcked(t *testing.T, how string, eps []string, acked map[string]string,
 	deadline := time.Now().Add(wait)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		resp, err := cli.Get(ctx, "/dur/", opts...)
+		resp, err := cli.Get(ctx, prefix, opts...)
 		cancel()
 		var missing []string
 		if err == nil {
