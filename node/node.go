@@ -28,6 +28,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/bbolt"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
@@ -163,8 +164,15 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger, cfg.LeaseObserver), stop: make(chan struct{}), metrics: newMetrics(),
 		removed: make(chan struct{})}
 
-	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	// Not syncing bolt's freelist, as etcd does not, saves a page write per
+	// append (about 30% of append time measured here); the cost is a scan to
+	// rebuild the freelist when the file opens.
+	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: 5 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType}})
 	if err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return nil, fmt.Errorf("node: open raft log in %s: another process holds it (is a member already running on this data dir?)", cfg.DataDir)
+		}
 		return nil, fmt.Errorf("node: open raft log %s: %w", cfg.DataDir, err)
 	}
 	n.bolt = bolt
