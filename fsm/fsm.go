@@ -12,6 +12,7 @@ package fsm
 import (
 	"bufio"
 	"cmp"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -52,6 +53,49 @@ type FSM struct {
 	mu        sync.RWMutex
 	clusterID uint64
 	members   map[uint64]*pb.Member // published name and client URLs by member ID
+
+	// amu guards applied, the index of the last entry this FSM applied, and
+	// appliedCh, closed and replaced whenever applied advances.
+	amu       sync.Mutex
+	applied   uint64
+	appliedCh chan struct{}
+}
+
+// Applied is the raft index of the last entry applied to this FSM.
+func (f *FSM) Applied() uint64 {
+	f.amu.Lock()
+	defer f.amu.Unlock()
+	return f.applied
+}
+
+// WaitApplied returns once the FSM has applied index, or ctx ends. A
+// follower serving a linearizable read waits here for the index the leader
+// named after confirming its leadership.
+func (f *FSM) WaitApplied(ctx context.Context, index uint64) error {
+	for {
+		f.amu.Lock()
+		if f.applied >= index {
+			f.amu.Unlock()
+			return nil
+		}
+		ch := f.appliedCh
+		f.amu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (f *FSM) setApplied(index uint64) {
+	f.amu.Lock()
+	if index > f.applied {
+		f.applied = index
+		close(f.appliedCh)
+		f.appliedCh = make(chan struct{})
+	}
+	f.amu.Unlock()
 }
 
 // LeaseObserver hears lease grants and removals as they apply, on the
@@ -77,10 +121,11 @@ func New(logger *slog.Logger, observer LeaseObserver) *FSM {
 		observer = nopObserver{}
 	}
 	f := &FSM{
-		log:      logger,
-		leases:   lease.NewTable(),
-		observer: observer,
-		members:  map[uint64]*pb.Member{},
+		log:       logger,
+		leases:    lease.NewTable(),
+		observer:  observer,
+		members:   map[uint64]*pb.Member{},
+		appliedCh: make(chan struct{}),
 	}
 	// Called with the store's write lock held, from this FSM's apply, where
 	// lmu is already held by applyCommand: reading the table is safe.
@@ -154,6 +199,9 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		case raft.LogConfiguration:
 			f.applyConfiguration(l)
 		}
+	}
+	if len(logs) > 0 {
+		f.setApplied(logs[len(logs)-1].Index)
 	}
 	return out
 }
@@ -253,17 +301,22 @@ func ClusterIDOf(serverIDs []string) uint64 {
 	return binary.BigEndian.Uint64(h.Sum(nil)[:8])
 }
 
-// Snapshot format, version 1:
+// Snapshot format, version 2 (version 1 lacks the applied index):
 //
-//	magic "corenode-fsm\n", version byte (1)
+//	magic "corenode-fsm\n", version byte (2)
+//	uvarint applied index (the raft index the state is as of)
 //	uvarint cluster ID
 //	uvarint length + pb.MemberListResponse (published members, by ID order)
 //	uvarint lease clock, uvarint lease count, then per lease varint ID, TTL, Expiry
 //	the kv snapshot (the lease-to-keys index is rebuilt from it, never stored)
 const snapshotMagic = "corenode-fsm\n"
-const snapshotV1 byte = 1
+const (
+	snapshotV1 byte = 1
+	snapshotV2 byte = 2
+)
 
 type snapshot struct {
+	applied    uint64
 	clusterID  uint64
 	members    []*pb.Member
 	leaseClock int64
@@ -275,7 +328,7 @@ type snapshot struct {
 // the encoding happens in Persist, off the apply goroutine.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
-	s := &snapshot{clusterID: f.clusterID}
+	s := &snapshot{clusterID: f.clusterID, applied: f.Applied()}
 	for _, m := range f.members {
 		s.members = append(s.members, m)
 	}
@@ -299,7 +352,8 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 func (s *snapshot) write(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	bw.WriteString(snapshotMagic)
-	bw.WriteByte(snapshotV1)
+	bw.WriteByte(snapshotV2)
+	bw.Write(binary.AppendUvarint(nil, s.applied))
 	bw.Write(binary.AppendUvarint(nil, s.clusterID))
 	ml, err := (&pb.MemberListResponse{Members: s.members}).Marshal()
 	if err != nil {
@@ -335,7 +389,15 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if string(magic[:len(snapshotMagic)]) != snapshotMagic {
 		return errors.New("fsm: restore: not a corenode snapshot")
 	}
-	if v := magic[len(snapshotMagic)]; v != snapshotV1 {
+	var applied uint64
+	switch v := magic[len(snapshotMagic)]; v {
+	case snapshotV1:
+	case snapshotV2:
+		var err error
+		if applied, err = binary.ReadUvarint(br); err != nil {
+			return fmt.Errorf("fsm: restore: applied index: %w", err)
+		}
+	default:
 		return fmt.Errorf("fsm: restore: %w: snapshot version %d", ErrUnknownFormat, v)
 	}
 	clusterID, err := binary.ReadUvarint(br)
@@ -389,6 +451,13 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.clusterID = clusterID
 	f.members = members
 	f.mu.Unlock()
+	// A restore may move the index back (a reseeded snapshot starts a new
+	// log at 1), so it is set, not advanced.
+	f.amu.Lock()
+	f.applied = applied
+	close(f.appliedCh)
+	f.appliedCh = make(chan struct{})
+	f.amu.Unlock()
 	f.log.Info("restored state from snapshot", "revision", f.store.Rev(), "members", len(members), "leases", len(leases))
 	return nil
 }
@@ -401,16 +470,18 @@ type SnapshotStats struct {
 }
 
 // Reseed reads a snapshot from src, checking it decodes completely, and
-// writes it to dst as the first state of a new cluster: with clusterID and
-// without the old cluster's published members, which the new members
-// publish afresh. Keys, revisions and leases are kept.
-func Reseed(src io.Reader, dst io.Writer, clusterID uint64, logger *slog.Logger) (SnapshotStats, error) {
+// writes it to dst as the first state of a new cluster: as of raft index
+// index of the new log, with clusterID and without the old cluster's
+// published members, which the new members publish afresh. Keys, revisions
+// and leases are kept.
+func Reseed(src io.Reader, dst io.Writer, clusterID, index uint64, logger *slog.Logger) (SnapshotStats, error) {
 	f := New(logger, nil)
 	if err := f.Restore(io.NopCloser(src)); err != nil {
 		return SnapshotStats{}, err
 	}
 	f.clusterID = clusterID
 	f.members = map[uint64]*pb.Member{}
+	f.applied = index
 	s, err := f.Snapshot()
 	if err != nil {
 		return SnapshotStats{}, err

@@ -576,3 +576,45 @@ func TestRemoveLeader(t *testing.T) {
 		t.Fatalf("member list after removing the leader: %v %v", ml, err)
 	}
 }
+
+// TestFollowerReadsAreLinearizable: a linearizable read served by a
+// follower (through a read index from the leader) sees every write
+// acknowledged before it, including right after leadership moves, when the
+// newest entries are raft's own no-op and barrier, which no FSM sees.
+func TestFollowerReadsAreLinearizable(t *testing.T) {
+	c := membertest.New(t, 3)
+	ctx := ctxT(t)
+	writer := c.Client(0)
+	readers := []*clientv3.Client{c.Client(1), c.Client(2)}
+	for i := range 200 {
+		if i%50 == 0 {
+			// A new term starts with entries that reach no FSM.
+			leader := c.WaitLeader()
+			next := c.Members[(leader+1)%3].ID()
+			if _, err := c.Client(leader).MoveLeader(ctx, next); err != nil {
+				t.Fatalf("move leader: %v", err)
+			}
+			for _, r := range readers {
+				rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				_, err := r.Get(rctx, "reg")
+				cancel()
+				if err != nil {
+					t.Fatalf("linearizable read right after a leader change: %v", err)
+				}
+			}
+		}
+		want := fmt.Sprint(i)
+		if _, err := writer.Put(ctx, "reg", want); err != nil {
+			t.Fatal(err)
+		}
+		for j, r := range readers {
+			resp, err := r.Get(ctx, "reg")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != want {
+				t.Fatalf("read %d through reader %d after write %q acknowledged: %v", i, j, want, resp.Kvs)
+			}
+		}
+	}
+}

@@ -57,7 +57,7 @@ func Restore(cfg RestoreConfig) (fsm.SnapshotStats, error) {
 		ids[i] = string(s.ID)
 	}
 	var state bytes.Buffer
-	if stats, err = fsm.Reseed(body, &state, fsm.ClusterIDOf(ids), cfg.Logger); err != nil {
+	if stats, err = fsm.Reseed(body, &state, fsm.ClusterIDOf(ids), node.RestoredIndex, cfg.Logger); err != nil {
 		return stats, fmt.Errorf("snapshot %s: %w", cfg.SnapshotFile, err)
 	}
 	if err := node.WriteRestoredSnapshot(cfg.DataDir, servers, &state); err != nil {

@@ -88,6 +88,7 @@ type Node struct {
 	raft  *raft.Raft
 	bolt  *raftboltdb.BoltStore
 	snaps *raft.FileSnapshotStore
+	logs  raft.LogStore
 	// metrics are always collected; cfg.Metrics decides whether anyone sees them.
 	metrics *metrics
 	obs     *raft.Observer
@@ -183,6 +184,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.snaps = snaps
 	logs, err := raft.NewLogCache(1024, timedLogStore{bolt, n.metrics.fsync})
+	n.logs = logs
 	if err != nil {
 		bolt.Close()
 		return nil, fmt.Errorf("node: log cache: %w", err)
@@ -469,6 +471,38 @@ func (n *Node) Propose(ctx context.Context, op fsm.Op, msg fsm.Message) (any, er
 	return res.Resp, res.Err
 }
 
+// ReadIndex returns, on the leader, an index such that any member whose
+// FSM has applied it (fsm.FSM.WaitApplied) holds every write acknowledged
+// before the call began, and every write any member has applied when the
+// call began. It confirms leadership first (ReadBarrier), then takes the
+// commit index: the leader's own FSM may still be applying it, so the leader
+// waits for it too.
+func (n *Node) ReadIndex(ctx context.Context) (uint64, error) {
+	if err := n.ReadBarrier(ctx); err != nil {
+		return 0, err
+	}
+	return n.stateIndex(n.raft.CommitIndex()), nil
+}
+
+// stateIndex maps a log index to the last entry at or before it that
+// reaches the FSM: raft's no-op, barrier and similar entries change no state
+// and never reach it, so waiting for them would wait for the next write.
+// They are rare (a few per term); past maxScan of them in a row, or where
+// the log is compacted, the leader's FSM index serves.
+func (n *Node) stateIndex(commit uint64) uint64 {
+	const maxScan = 1024
+	var l raft.Log
+	for i := commit; i > 0 && commit-i < maxScan; i-- {
+		if err := n.logs.GetLog(i, &l); err != nil {
+			break
+		}
+		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
+			return i
+		}
+	}
+	return n.fsm.Applied()
+}
+
 type readBatch struct {
 	done chan struct{}
 	err  error
@@ -653,6 +687,10 @@ func (n *Node) OpenSnapshot() (*raft.SnapshotMeta, io.ReadCloser, error) {
 	return n.snaps.Open(metas[0].ID)
 }
 
+// RestoredIndex is the raft index of the snapshot WriteRestoredSnapshot
+// writes; the state in it must be as of this index.
+const RestoredIndex = 1
+
 // WriteRestoredSnapshot seeds an empty data directory with state as its
 // first raft snapshot, with servers as the configuration: the member started
 // on it finds existing state and skips bootstrap, so every member of a
@@ -669,7 +707,7 @@ func WriteRestoredSnapshot(dataDir string, servers []raft.Server, state io.Reade
 	// metadata; its address form is the same as the network transport's.
 	_, trans := raft.NewInmemTransport("")
 	defer trans.Close()
-	sink, err := snaps.Create(raft.SnapshotVersionMax, 1, 1, raft.Configuration{Servers: servers}, 1, trans)
+	sink, err := snaps.Create(raft.SnapshotVersionMax, RestoredIndex, 1, raft.Configuration{Servers: servers}, RestoredIndex, trans)
 	if err != nil {
 		return fmt.Errorf("node: create snapshot: %w", err)
 	}

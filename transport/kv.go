@@ -23,8 +23,6 @@ func (k *kvService) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRes
 	} else {
 		resp, err = linearizable(k.s, ctx, func() (*pb.RangeResponse, error) {
 			return k.s.node.Store().Range(r)
-		}, func(ctx context.Context, c *grpc.ClientConn) (*pb.RangeResponse, error) {
-			return pb.NewKVClient(c).Range(ctx, r)
 		})
 	}
 	if err != nil {
@@ -76,7 +74,7 @@ func (k *kvService) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse,
 		// guarantee as a linearizable Range.
 		resp, err = linearizable(k.s, ctx, func() (*pb.TxnResponse, error) {
 			return k.s.node.Store().Txn(r)
-		}, remote)
+		})
 	} else {
 		resp, err = propose(k.s, ctx, fsm.OpTxn, r, remote)
 	}

@@ -127,8 +127,6 @@ func (l *leaseService) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest
 			resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: le.ID})
 		}
 		return resp, nil
-	}, func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseLeasesResponse, error) {
-		return pb.NewLeaseClient(c).LeaseLeases(ctx, r)
 	})
 	if err != nil {
 		return nil, err

@@ -36,6 +36,15 @@ var peerServiceDesc = grpc.ServiceDesc{
 			}
 			return srv.(peerServer).Removed(ctx, m)
 		},
+	}, {
+		MethodName: "ReadIndex",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			r := new(pb.StatusRequest)
+			if err := dec(r); err != nil {
+				return nil, err
+			}
+			return srv.(peerServer).ReadIndex(ctx, r)
+		},
 	}},
 	Metadata: "corenode/peer",
 }
@@ -44,6 +53,10 @@ type peerServer interface {
 	Publish(context.Context, *pb.Member) (*pb.MemberUpdateResponse, error)
 	// Removed tells a member the leader has removed it from the cluster.
 	Removed(context.Context, *pb.Member) (*pb.MemberUpdateResponse, error)
+	// ReadIndex confirms the leader's leadership, then names the index a
+	// follower must apply before it serves a linearizable read
+	// (RaftAppliedIndex in the response).
+	ReadIndex(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error)
 }
 
 type peerService struct{ s *Server }
@@ -58,6 +71,14 @@ func (p *peerService) Removed(ctx context.Context, m *pb.Member) (*pb.MemberUpda
 	}
 	p.s.node.MarkRemoved("the leader said so")
 	return &pb.MemberUpdateResponse{}, nil
+}
+
+func (p *peerService) ReadIndex(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
+	index, err := p.s.node.ReadIndex(ctx)
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	return &pb.StatusResponse{RaftAppliedIndex: index}, nil
 }
 
 // tellRemoved lets a removed member know, so it stops rather than campaign

@@ -47,6 +47,10 @@ type Server struct {
 	cmu   sync.Mutex
 	conns map[string]*grpc.ClientConn // by leader peer address
 
+	imu       sync.Mutex
+	nextIndex *indexRound
+	indexing  bool
+
 	leases       LeaseBackend
 	minTTL       int64
 	leaseMetrics *checkpoint.Metrics
@@ -272,17 +276,95 @@ func propose[T any](s *Server, ctx context.Context, op fsm.Op, msg fsm.Message,
 	}, remote)
 }
 
-// linearizable runs read on this member's state once it is known to include
-// every write acknowledged before the call, forwarding to the leader when
-// this member does not lead.
-func linearizable[T any](s *Server, ctx context.Context, read func() (T, error),
-	remote func(context.Context, *grpc.ClientConn) (T, error),
-) (T, error) {
+// linearizable runs read on this member's state once that state includes
+// every write acknowledged, or applied anywhere, before the call: the member
+// gets a read index (node.ReadIndex; a follower asks the leader for it) and
+// waits until its FSM has applied that far. The read itself never leaves
+// the member, and concurrent reads share the round trips.
+func linearizable[T any](s *Server, ctx context.Context, read func() (T, error)) (T, error) {
+	var zero T
 	return onLeader(s, ctx, func(ctx context.Context) (T, error) {
-		if err := s.node.ReadBarrier(ctx); err != nil {
-			var zero T
+		index, err := s.node.ReadIndex(ctx)
+		if err != nil {
+			return zero, err
+		}
+		if err := s.node.FSM().WaitApplied(ctx, index); err != nil {
 			return zero, err
 		}
 		return read()
-	}, remote)
+	}, func(ctx context.Context, _ *grpc.ClientConn) (T, error) {
+		index, err := s.readIndex(ctx)
+		if err != nil {
+			return zero, err
+		}
+		if err := s.node.FSM().WaitApplied(ctx, index); err != nil {
+			return zero, mapErr(ctx, err)
+		}
+		return read()
+	})
+}
+
+// indexRound is one read-index request to the leader, shared by every
+// linearizable read that arrived on this follower before it was sent.
+type indexRound struct {
+	done  chan struct{}
+	index uint64
+	err   error
+}
+
+// readIndex returns an index that covers every write acknowledged before
+// the call. Concurrent callers share one round trip, joining only a round
+// not yet sent (one already in flight may have been answered by a leader
+// that was deposed before this call began).
+func (s *Server) readIndex(ctx context.Context) (uint64, error) {
+	s.imu.Lock()
+	if s.nextIndex == nil {
+		s.nextIndex = &indexRound{done: make(chan struct{})}
+	}
+	r := s.nextIndex
+	if !s.indexing {
+		s.indexing = true
+		go s.indexRounds()
+	}
+	s.imu.Unlock()
+	select {
+	case <-r.done:
+		return r.index, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+func (s *Server) indexRounds() {
+	for {
+		s.imu.Lock()
+		r := s.nextIndex
+		s.nextIndex = nil
+		if r == nil {
+			s.indexing = false
+			s.imu.Unlock()
+			return
+		}
+		s.imu.Unlock()
+		r.index, r.err = s.askReadIndex()
+		close(r.done)
+	}
+}
+
+func (s *Server) askReadIndex() (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout)
+	defer cancel()
+	conn, err := s.leaderConn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if conn == nil {
+		return 0, rpctypes.ErrGRPCNotLeader // this member leads now; the caller retries locally
+	}
+	var resp pb.StatusResponse
+	ctx = metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
+	if err := conn.Invoke(ctx, "/corenode.Peer/ReadIndex", &pb.StatusRequest{}, &resp); err != nil {
+		return 0, err
+	}
+	return resp.RaftAppliedIndex, nil
 }

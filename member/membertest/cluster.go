@@ -134,8 +134,14 @@ func listen(t testing.TB) net.Listener {
 	return ln
 }
 
-// Close stops every running member.
+// Close stops every running member, the leader first so that it hands
+// leadership to a member still running.
 func (c *Cluster) Close() {
+	for _, m := range c.Members {
+		if m != nil && m.Node().IsLeader() {
+			m.Close()
+		}
+	}
 	for _, m := range c.Members {
 		if m != nil {
 			m.Close()
