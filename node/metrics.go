@@ -66,14 +66,14 @@ func (m *metrics) register(reg prometheus.Registerer, n *Node) {
 			return float64(n.raft.AppliedIndex())
 		}),
 		gauge("corenode_kv_db_size_bytes", "Size on disk of the raft log and its newest snapshot.", func() float64 {
-			return float64(n.diskSize())
+			return float64(n.DiskSize())
 		}),
 	)
 }
 
-// diskSize is what this member keeps on disk: the bolt log plus the newest
+// DiskSize is what this member keeps on disk: the bolt log plus the newest
 // snapshot, the two things an operator sizes the data volume for.
-func (n *Node) diskSize() int64 {
+func (n *Node) DiskSize() int64 {
 	var total int64
 	if fi, err := os.Stat(filepath.Join(n.cfg.DataDir, "raft.db")); err == nil {
 		total += fi.Size()
@@ -102,22 +102,41 @@ func (s timedLogStore) StoreLogs(ls []*raft.Log) error {
 	return err
 }
 
-// countLeaderChanges counts leader observations until stop closes. raft
-// reports every change of the leader this member knows, including to none;
-// only a new leader counts, as etcd's leader_changes_seen does.
+// countLeaderChanges follows raft's leader observations until stop closes:
+// it counts new leaders, as etcd's leader_changes_seen does, and wakes
+// LeaderChange waiters on every change, including to no leader.
 func (n *Node) countLeaderChanges(ch chan raft.Observation) {
 	defer n.done.Done()
-	var last raft.ServerID
+	var last, lastKnown raft.ServerID
 	for {
 		select {
 		case <-n.stop:
 			return
 		case o := <-ch:
 			lo, ok := o.Data.(raft.LeaderObservation)
-			if ok && lo.LeaderID != "" && lo.LeaderID != last {
-				last = lo.LeaderID
+			if !ok || lo.LeaderID == last {
+				continue
+			}
+			last = lo.LeaderID
+			n.lcmu.Lock()
+			close(n.leaderChange)
+			n.leaderChange = make(chan struct{})
+			n.lcmu.Unlock()
+			if lo.LeaderID != "" && lo.LeaderID != lastKnown {
+				lastKnown = lo.LeaderID
 				n.metrics.leaderChanges.Inc()
 			}
 		}
 	}
+}
+
+// LeaderChange returns a channel closed at the next change of the leader
+// this member knows of (including to none). A member forwarding a request
+// takes it before looking the leader up, and gives up on the request when
+// it closes: a leader that died without closing its connections (a host
+// gone, not a process) would otherwise hold the request until its deadline.
+func (n *Node) LeaderChange() <-chan struct{} {
+	n.lcmu.Lock()
+	defer n.lcmu.Unlock()
+	return n.leaderChange
 }

@@ -105,14 +105,16 @@ type Node struct {
 	smu      sync.Mutex
 	services []LeaderService
 
-	notify      chan bool
-	removed     chan struct{}
-	removedOnce sync.Once
-	startOnce   sync.Once
-	stop        chan struct{}
-	done        sync.WaitGroup
-	closeErr    error
-	closed      sync.Once
+	notify       chan bool
+	removed      chan struct{}
+	lcmu         sync.Mutex
+	leaderChange chan struct{}
+	removedOnce  sync.Once
+	startOnce    sync.Once
+	stop         chan struct{}
+	done         sync.WaitGroup
+	closeErr     error
+	closed       sync.Once
 }
 
 // MemberID derives a member's ID from its peer URLs and the cluster token, as
@@ -163,7 +165,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger, cfg.LeaseObserver), stop: make(chan struct{}), metrics: newMetrics(),
-		removed: make(chan struct{})}
+		removed: make(chan struct{}), leaderChange: make(chan struct{})}
 
 	// Not syncing bolt's freelist, as etcd does not, saves a page write per
 	// append (about 30% of append time measured here); the cost is a scan to

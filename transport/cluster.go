@@ -50,7 +50,7 @@ func (c *clusterService) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) 
 			}
 		}
 	}
-	_, err = onLeader(c.s, ctx, func(ctx context.Context) (*pb.MemberAddResponse, error) {
+	_, err = onLeader(c.s, ctx, false, func(ctx context.Context) (*pb.MemberAddResponse, error) {
 		return nil, c.s.node.AddMember(r.PeerURLs, id, addr)
 	}, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberAddResponse, error) {
 		return pb.NewClusterClient(conn).MemberAdd(ctx, r)
@@ -79,7 +79,7 @@ func (c *clusterService) MemberRemove(ctx context.Context, r *pb.MemberRemoveReq
 		return nil, rpctypes.ErrGRPCMemberNotFound
 	}
 	removed := ms[i]
-	_, err = onLeader(c.s, ctx, func(ctx context.Context) (*pb.MemberRemoveResponse, error) {
+	_, err = onLeader(c.s, ctx, false, func(ctx context.Context) (*pb.MemberRemoveResponse, error) {
 		if err := c.s.node.RemoveMember(r.ID); err != nil {
 			return nil, err
 		}

@@ -88,7 +88,7 @@ func (l *leaseService) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest
 
 func (l *leaseService) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	// Only the leader knows how much time is left.
-	resp, err := onLeader(l.s, ctx, func(ctx context.Context) (*pb.LeaseTimeToLiveResponse, error) {
+	resp, err := onLeader(l.s, ctx, true, func(ctx context.Context) (*pb.LeaseTimeToLiveResponse, error) {
 		if err := l.s.node.ReadBarrier(ctx); err != nil {
 			return nil, err
 		}
@@ -194,7 +194,7 @@ func (l *leaseService) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) erro
 // renew runs a keep-alive on the leader, forwarding it from a follower over
 // the member's one shared keep-alive stream.
 func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
-	return onLeader(s, ctx, func(ctx context.Context) (int64, error) {
+	return onLeader(s, ctx, true, func(ctx context.Context) (int64, error) {
 		ttl, err := s.leases.Renew(ctx, id)
 		if errors.Is(err, checkpoint.ErrNotLeader) {
 			return 0, node.ErrNotLeader

@@ -37,6 +37,8 @@ func (m *maintenanceService) Status(ctx context.Context, r *pb.StatusRequest) (*
 		RaftIndex:        rf.CommitIndex(),
 		RaftTerm:         rf.CurrentTerm(),
 		RaftAppliedIndex: rf.AppliedIndex(),
+		DbSize:           n.DiskSize(),
+		DbSizeInUse:      n.DiskSize(),
 		IsLearner:        false,
 	}
 	if leader == 0 {
@@ -129,7 +131,7 @@ func (m *maintenanceService) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_
 }
 
 func (m *maintenanceService) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
-	_, err := onLeader(m.s, ctx, func(ctx context.Context) (*pb.MoveLeaderResponse, error) {
+	_, err := onLeader(m.s, ctx, false, func(ctx context.Context) (*pb.MoveLeaderResponse, error) {
 		return nil, m.s.node.TransferLeadership(r.TargetID)
 	}, func(ctx context.Context, c *grpc.ClientConn) (*pb.MoveLeaderResponse, error) {
 		return pb.NewMaintenanceClient(c).MoveLeader(ctx, r)

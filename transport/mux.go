@@ -138,10 +138,13 @@ type PeerConfig struct {
 
 // NewPeerMux serves ln.
 func NewPeerMux(ln net.Listener, cfg PeerConfig, logger *slog.Logger) (*PeerMux, error) {
-	adv, err := net.ResolveTCPAddr("tcp", cfg.Advertise)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(cfg.Advertise); err != nil {
 		return nil, fmt.Errorf("transport: advertised peer address %q: %w", cfg.Advertise, err)
 	}
+	// Raft tells other members this address as the leader's; keeping the
+	// name rather than an IP resolved now lets them follow a member whose
+	// address changes across restarts (a container's, say).
+	adv := advertised(cfg.Advertise)
 	if cfg.ServerTLS != nil {
 		ln = tls.NewListener(ln, cfg.ServerTLS)
 	}
@@ -166,6 +169,12 @@ func NewPeerMux(ln net.Listener, cfg PeerConfig, logger *slog.Logger) (*PeerMux,
 
 // Close stops accepting peer connections.
 func (p *PeerMux) Close() error { return p.m.ln.Close() }
+
+// advertised is a peer address as configured, host name unresolved.
+type advertised string
+
+func (a advertised) Network() string { return "tcp" }
+func (a advertised) String() string  { return string(a) }
 
 // Addr is the address the peer listener is bound to.
 func (p *PeerMux) Addr() net.Addr { return p.m.ln.Addr() }

@@ -172,7 +172,10 @@ const maxMsgSize = 64 << 20
 
 // onLeader runs local on this member if it leads, else forwards with remote
 // to the leader, retrying while leadership moves and the deadline allows.
-func onLeader[T any](s *Server, ctx context.Context,
+// A forwarded call is abandoned when the leader changes (see
+// node.LeaderChange); idempotent calls are then sent to the new leader, the
+// others fail with etcd's "leader changed", as their outcome is unknown.
+func onLeader[T any](s *Server, ctx context.Context, idempotent bool,
 	local func(context.Context) (T, error),
 	remote func(context.Context, *grpc.ClientConn) (T, error),
 ) (T, error) {
@@ -190,6 +193,7 @@ func onLeader[T any](s *Server, ctx context.Context,
 			// The sender retries against whoever leads now.
 			return zero, rpctypes.ErrGRPCNotLeader
 		}
+		changed := s.node.LeaderChange()
 		conn, err := s.leaderConn(ctx)
 		if err != nil {
 			return zero, err
@@ -204,11 +208,18 @@ func onLeader[T any](s *Server, ctx context.Context,
 			}
 			continue
 		}
-		resp, err := remote(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), conn)
+		resp, err := forward(ctx, changed, conn, remote)
 		if err == nil {
 			return resp, nil
 		}
-		if !retryable(err) || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return zero, mapErr(ctx, ctx.Err())
+		}
+		if errors.Is(err, errLeaderChanged) {
+			if !idempotent {
+				return zero, rpctypes.ErrGRPCLeaderChanged
+			}
+		} else if !retryable(err) {
 			return zero, mapErr(ctx, err)
 		}
 		select {
@@ -217,6 +228,32 @@ func onLeader[T any](s *Server, ctx context.Context,
 		case <-time.After(time.Duration(min(attempt+1, 10)) * 20 * time.Millisecond):
 		}
 	}
+}
+
+var errLeaderChanged = errors.New("transport: leader changed during a forwarded call")
+
+// forward runs remote against the leader's connection, marked as forwarded,
+// until it returns or the leader changes.
+func forward[T any](ctx context.Context, changed <-chan struct{}, conn *grpc.ClientConn,
+	remote func(context.Context, *grpc.ClientConn) (T, error),
+) (T, error) {
+	rctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"))
+	defer cancel()
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-changed:
+			cancel()
+		case <-stop:
+		}
+	}()
+	resp, err := remote(rctx, conn)
+	if err != nil && rctx.Err() != nil && ctx.Err() == nil {
+		var zero T
+		return zero, errLeaderChanged
+	}
+	return resp, err
 }
 
 // retryable reports whether a forwarded request certainly did not reach a
@@ -263,7 +300,7 @@ func propose[T any](s *Server, ctx context.Context, op fsm.Op, msg fsm.Message,
 	if msg.Size() > s.limits.MaxRequestBytes {
 		return zero, rpctypes.ErrGRPCRequestTooLarge
 	}
-	return onLeader(s, ctx, func(ctx context.Context) (T, error) {
+	return onLeader(s, ctx, false, func(ctx context.Context) (T, error) {
 		resp, err := s.node.Propose(ctx, op, msg)
 		if err != nil {
 			return zero, err
@@ -283,7 +320,7 @@ func propose[T any](s *Server, ctx context.Context, op fsm.Op, msg fsm.Message,
 // the member, and concurrent reads share the round trips.
 func linearizable[T any](s *Server, ctx context.Context, read func() (T, error)) (T, error) {
 	var zero T
-	return onLeader(s, ctx, func(ctx context.Context) (T, error) {
+	return onLeader(s, ctx, true, func(ctx context.Context) (T, error) {
 		index, err := s.node.ReadIndex(ctx)
 		if err != nil {
 			return zero, err
@@ -354,6 +391,7 @@ func (s *Server) indexRounds() {
 func (s *Server) askReadIndex() (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout)
 	defer cancel()
+	changed := s.node.LeaderChange()
 	conn, err := s.leaderConn(ctx)
 	if err != nil {
 		return 0, err
@@ -361,9 +399,15 @@ func (s *Server) askReadIndex() (uint64, error) {
 	if conn == nil {
 		return 0, rpctypes.ErrGRPCNotLeader // this member leads now; the caller retries locally
 	}
-	var resp pb.StatusResponse
-	ctx = metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
-	if err := conn.Invoke(ctx, "/corenode.Peer/ReadIndex", &pb.StatusRequest{}, &resp); err != nil {
+	resp, err := forward(ctx, changed, conn, func(ctx context.Context, conn *grpc.ClientConn) (*pb.StatusResponse, error) {
+		var resp pb.StatusResponse
+		err := conn.Invoke(ctx, "/corenode.Peer/ReadIndex", &pb.StatusRequest{}, &resp)
+		return &resp, err
+	})
+	if errors.Is(err, errLeaderChanged) {
+		return 0, rpctypes.ErrGRPCNotLeader // retryable: the caller asks again
+	}
+	if err != nil {
 		return 0, err
 	}
 	return resp.RaftAppliedIndex, nil
