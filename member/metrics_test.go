@@ -3,8 +3,11 @@ package member_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -105,4 +108,43 @@ func TestMetrics(t *testing.T) {
 	if _, ok := lm[`corenode_lease_expiry_lag_seconds_bucket{le="0.1"}`]; !ok {
 		t.Error("no lease expiry lag histogram")
 	}
+
+	t.Run("dashboard charts only series that exist", func(t *testing.T) {
+		// Between them, the leader and the follower the client used have
+		// every series (labelled ones appear on first use).
+		names := map[string]bool{}
+		for _, m := range []map[string]float64{lm, fm} {
+			for series := range m {
+				name, _, _ := strings.Cut(series, "{")
+				names[name] = true
+			}
+		}
+		raw, err := os.ReadFile("../deploy/grafana/corenode.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dash struct {
+			Panels []struct {
+				Title   string
+				Targets []struct{ Expr string }
+			}
+		}
+		if err := json.Unmarshal(raw, &dash); err != nil {
+			t.Fatalf("dashboard JSON: %v", err)
+		}
+		used := 0
+		for _, p := range dash.Panels {
+			for _, target := range p.Targets {
+				for _, name := range regexp.MustCompile(`corenode_[a-z_]+`).FindAllString(target.Expr, -1) {
+					used++
+					if !names[name] {
+						t.Errorf("panel %q uses %s, which no member exports", p.Title, name)
+					}
+				}
+			}
+		}
+		if used < 20 {
+			t.Errorf("dashboard uses only %d corenode series", used)
+		}
+	})
 }
