@@ -648,10 +648,14 @@ func (n *Node) RemoveMember(id uint64) error {
 	return nil
 }
 
-// TransferLeadership hands leadership to member id. Leader only.
+// TransferLeadership hands leadership to member id. Leader only. Moving it
+// to the leader itself succeeds at once, so a retried move is harmless.
 func (n *Node) TransferLeadership(id uint64) error {
 	if n.raft.State() != raft.Leader {
 		return ErrNotLeader
+	}
+	if id == n.cfg.ID {
+		return nil
 	}
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {

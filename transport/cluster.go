@@ -16,12 +16,41 @@ import (
 
 type clusterService struct{ s *Server }
 
+// MemberList answers from this member's configuration, after a read index
+// when the request asks for a linearizable list (clientv3 3.6 does by
+// default; etcdctl 3.4 does not, and is answered even without a quorum).
 func (c *clusterService) MemberList(ctx context.Context, r *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	ms, err := c.s.node.Members()
+	var ms []*pb.Member
+	var err error
+	if r.Linearizable {
+		ms, err = c.s.members(ctx)
+	} else {
+		ms, err = c.s.node.Members()
+	}
 	if err != nil {
 		return nil, mapErr(ctx, err)
 	}
 	return &pb.MemberListResponse{Header: c.s.header(nil), Members: ms}, nil
+}
+
+// membersAfterChange lists the members for the answer to a membership
+// change that succeeded. The change is committed, so this must not fail the
+// call: a leader that removed itself has no leader to ask any more, and
+// then the local list serves.
+func (s *Server) membersAfterChange(ctx context.Context) []*pb.Member {
+	if !isForwarded(ctx) {
+		if ms, err := s.members(ctx); err == nil {
+			return ms
+		}
+	}
+	ms, _ := s.node.Members()
+	return ms
+}
+
+// members lists the members once this member has applied every
+// configuration change committed before the call.
+func (s *Server) members(ctx context.Context) ([]*pb.Member, error) {
+	return linearizable(s, ctx, s.node.Members)
 }
 
 // ClusterToken is the --initial-cluster-token; MemberAdd derives new IDs from it.
@@ -58,10 +87,7 @@ func (c *clusterService) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) 
 	if err != nil {
 		return nil, err
 	}
-	ms, err = c.s.node.Members()
-	if err != nil {
-		return nil, mapErr(ctx, err)
-	}
+	ms = c.s.membersAfterChange(ctx)
 	return &pb.MemberAddResponse{
 		Header:  c.s.header(nil),
 		Member:  &pb.Member{ID: id, PeerURLs: r.PeerURLs},
@@ -93,10 +119,7 @@ func (c *clusterService) MemberRemove(ctx context.Context, r *pb.MemberRemoveReq
 	if err != nil {
 		return nil, err
 	}
-	ms, err = c.s.node.Members()
-	if err != nil {
-		return nil, mapErr(ctx, err)
-	}
+	ms = c.s.membersAfterChange(ctx)
 	return &pb.MemberRemoveResponse{Header: c.s.header(nil), Members: ms}, nil
 }
 

@@ -41,6 +41,8 @@ type Server struct {
 	// RequestTimeout bounds a request whose client set no deadline, as etcd's
 	// request timeout does.
 	requestTimeout time.Duration
+	// grace is how long a forwarded call may go on after the leader changed.
+	grace time.Duration
 
 	token string
 
@@ -71,6 +73,7 @@ func NewServer(n *node.Node, peers *PeerMux, limits Limits, electionTimeout time
 		limits:         limits,
 		log:            logger,
 		requestTimeout: 5*time.Second + 2*electionTimeout,
+		grace:          electionTimeout,
 		conns:          map[string]*grpc.ClientConn{},
 	}
 }
@@ -208,7 +211,7 @@ func onLeader[T any](s *Server, ctx context.Context, idempotent bool,
 			}
 			continue
 		}
-		resp, err := forward(ctx, changed, conn, remote)
+		resp, err := forward(ctx, changed, s.grace, conn, remote)
 		if err == nil {
 			return resp, nil
 		}
@@ -233,8 +236,10 @@ func onLeader[T any](s *Server, ctx context.Context, idempotent bool,
 var errLeaderChanged = errors.New("transport: leader changed during a forwarded call")
 
 // forward runs remote against the leader's connection, marked as forwarded,
-// until it returns or the leader changes.
-func forward[T any](ctx context.Context, changed <-chan struct{}, conn *grpc.ClientConn,
+// until it returns, or until grace after the leader changed: an old leader
+// that handed over answers within milliseconds, one that vanished with its
+// host never answers, and its connection may not fail for minutes.
+func forward[T any](ctx context.Context, changed <-chan struct{}, grace time.Duration, conn *grpc.ClientConn,
 	remote func(context.Context, *grpc.ClientConn) (T, error),
 ) (T, error) {
 	rctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"))
@@ -244,6 +249,13 @@ func forward[T any](ctx context.Context, changed <-chan struct{}, conn *grpc.Cli
 	go func() {
 		select {
 		case <-changed:
+		case <-stop:
+			return
+		}
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
 			cancel()
 		case <-stop:
 		}
@@ -399,7 +411,7 @@ func (s *Server) askReadIndex() (uint64, error) {
 	if conn == nil {
 		return 0, rpctypes.ErrGRPCNotLeader // this member leads now; the caller retries locally
 	}
-	resp, err := forward(ctx, changed, conn, func(ctx context.Context, conn *grpc.ClientConn) (*pb.StatusResponse, error) {
+	resp, err := forward(ctx, changed, s.grace, conn, func(ctx context.Context, conn *grpc.ClientConn) (*pb.StatusResponse, error) {
 		var resp pb.StatusResponse
 		err := conn.Invoke(ctx, "/corenode.Peer/ReadIndex", &pb.StatusRequest{}, &resp)
 		return &resp, err
