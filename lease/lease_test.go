@@ -166,6 +166,60 @@ func TestLeaderChangeKeepsUncheckpointedLeaseFull(t *testing.T) {
 	}
 }
 
+func TestPromoteCheckpointsUncheckpointedLeaseAtOnce(t *testing.T) {
+	c := &fakeClock{t: time.Unix(1000, 0)}
+	tr := NewTracker(c, TrackerConfig{CheckpointAfter: time.Second})
+	tr.Promote(0, []Lease{{ID: 1, TTL: 10}, {ID: 2, TTL: 5, Expiry: 2000}})
+	cp, _ := tr.TakeCheckpoint(100)
+	if cp == nil || len(cp.Expiries) != 1 || cp.Expiries[0] != (Expiry{ID: 1, Expiry: 10000}) {
+		t.Fatalf("first checkpoint after promotion %+v, want lease 1 with its whole TTL", cp)
+	}
+	// A keep-alive right after still renews it, through a reset.
+	if r := tr.Renew(1); r.TTL != 10 || r.ResetSeq == 0 {
+		t.Fatalf("renew after the promotion checkpoint: %+v", r)
+	}
+}
+
+// TestFrequentLeaderChangesStillExpire moves leadership every 700 ms, more
+// often than CheckpointAfter, while a lease's holder is gone from the start.
+// Each new leader restarts a lease it finds uncheckpointed with its whole
+// TTL, so unless that leader checkpoints it at once the lease never expires.
+func TestFrequentLeaderChangesStillExpire(t *testing.T) {
+	c := &fakeClock{t: time.Unix(1000, 0)}
+	start := c.t
+	table := NewTable()
+	if err := table.Grant(1, 5); err != nil {
+		t.Fatal(err)
+	}
+	tr := NewTracker(c, TrackerConfig{CheckpointAfter: time.Second})
+	tr.Promote(table.Clock(), nil)
+	tr.Granted(1, 5)
+	for changes := 0; c.t.Sub(start) < 20*time.Second; changes++ {
+		for range 7 {
+			c.advance(100 * time.Millisecond)
+			if cp, _ := tr.TakeCheckpoint(100); cp != nil {
+				table.Apply(cp)
+			}
+			if got := tr.Expired(10); len(got) > 0 {
+				gone := c.t.Sub(start)
+				if gone < 5*time.Second {
+					t.Fatalf("expired after %v, before its 5 s TTL", gone)
+				}
+				// One whole TTL from the first new leader, at most
+				// CheckpointAfter after the grant, plus a tick.
+				if gone > 6100*time.Millisecond {
+					t.Fatalf("expired after %v and %d leader changes, want at most TTL + CheckpointAfter + a tick", gone, changes)
+				}
+				return
+			}
+		}
+		tr.Demote()
+		tr = NewTracker(c, TrackerConfig{CheckpointAfter: time.Second})
+		tr.Promote(table.Clock(), table.Leases())
+	}
+	t.Fatal("a lease whose holder stopped at its grant was still alive after 20 s of leader changes")
+}
+
 func TestPromoteDemote(t *testing.T) {
 	c := &fakeClock{t: time.Unix(0, 0)}
 	tr := NewTracker(c, TrackerConfig{})

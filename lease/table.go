@@ -19,7 +19,7 @@
 //     reset (back to "full") is committed, so the next leader cannot restart
 //     it from the stale checkpoint.
 //  2. A keep-alive is acknowledged only after a quorum confirmed this
-//     member's leadership after the request arrived (raft VerifyLeader,
+//     member's leadership after the request arrived (node.ReadBarrier,
 //     shared by concurrent keep-alives). So no deposed leader acknowledges a
 //     keep-alive after a new leader could have restarted the deadlines; the
 //     new leader needs to add no overlap.

@@ -77,8 +77,9 @@ func NewTracker(clock Clock, cfg TrackerConfig) *Tracker {
 }
 
 // Promote activates the tracker on a new leader, restarting every deadline
-// from the replicated state: a full lease gets its whole TTL from now, a
-// checkpointed one what its checkpoint left on the lease clock. The caller
+// from the replicated state: a lease never checkpointed gets its whole TTL
+// from now and is checkpointed at the next TakeCheckpoint, a checkpointed
+// one what its checkpoint left on the lease clock. The caller
 // holds the FSM still (no lease entry applies) while this runs.
 func (t *Tracker) Promote(leaseClock int64, leases []Lease) {
 	t.mu.Lock()
@@ -87,11 +88,18 @@ func (t *Tracker) Promote(leaseClock int64, leases []Lease) {
 	t.reset()
 	t.active = true
 	t.clockBase, t.clockStart = leaseClock, now
+	// A lease never checkpointed gets its whole TTL from now: the old
+	// leader's last keep-alive is unknown here, and restarting it is never
+	// early. It is also due for a checkpoint at once, so the next leader
+	// change resumes it rather than granting the whole TTL again; otherwise
+	// leadership moving more often than CheckpointAfter would keep a lease
+	// whose holder is gone alive forever.
+	due := now.Add(-t.cfg.CheckpointAfter)
 	for _, l := range leases {
-		e := &entry{id: l.ID, ttl: seconds(l.TTL), renewed: now, index: -1}
+		e := &entry{id: l.ID, ttl: seconds(l.TTL), renewed: due, index: -1}
 		if l.Expiry == 0 {
 			e.deadline = now.Add(e.ttl)
-			t.renewals = append(t.renewals, renewal{now, l.ID})
+			t.renewals = append(t.renewals, renewal{due, l.ID})
 		} else {
 			e.deadline = now.Add(time.Duration(l.Expiry-leaseClock) * time.Millisecond)
 			e.checkpointed = true

@@ -222,7 +222,7 @@ func onLeader[T any](s *Server, ctx context.Context, idempotent bool,
 			if !idempotent {
 				return zero, rpctypes.ErrGRPCLeaderChanged
 			}
-		} else if !retryable(err) {
+		} else if !retryable(err, idempotent) {
 			return zero, mapErr(ctx, err)
 		}
 		select {
@@ -268,9 +268,12 @@ func forward[T any](ctx context.Context, changed <-chan struct{}, grace time.Dur
 	return resp, err
 }
 
-// retryable reports whether a forwarded request certainly did not reach a
-// leader's log, so sending it again cannot apply it twice.
-func retryable(err error) bool {
+// retryable reports whether a failed forward may be sent again: always for
+// an idempotent call, and for the others only when the request certainly
+// did not reach a leader's log, so a second send cannot apply it twice. A
+// reset or EOF on an open connection proves nothing: the leader may have
+// appended the request before the connection broke.
+func retryable(err error, idempotent bool) bool {
 	if errors.Is(err, rpctypes.ErrGRPCNotLeader) {
 		return true
 	}
@@ -281,8 +284,13 @@ func retryable(err error) bool {
 	if st.Code() == codes.FailedPrecondition && strings.Contains(st.Message(), "not leader") {
 		return true
 	}
-	// Unavailable before a connection exists never reached the leader.
-	return st.Code() == codes.Unavailable && strings.Contains(st.Message(), "connection")
+	if st.Code() != codes.Unavailable {
+		return false
+	}
+	// gRPC fails a call on a connection it could not establish with the
+	// dial or handshake error; such a call was never written anywhere.
+	msg := strings.ToLower(st.Message())
+	return idempotent || strings.Contains(msg, "while dialing") || strings.Contains(msg, "handshake failed")
 }
 
 // mapErr turns context and internal errors into the gRPC errors etcd sends.
