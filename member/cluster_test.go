@@ -8,12 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/corenode/corenode/member/membertest"
+	"github.com/corenode/corenode/node"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -616,5 +618,64 @@ func TestFollowerReadsAreLinearizable(t *testing.T) {
 				t.Fatalf("read %d through reader %d after write %q acknowledged: %v", i, j, want, resp.Kvs)
 			}
 		}
+	}
+}
+
+// staleProber answers as members that have moved on to a later term while
+// raft's own heartbeats to them still succeed, as after a leader resumes
+// from a pause and reads answers its followers sent before it.
+type staleProber struct{ term uint64 }
+
+func (p staleProber) Term(context.Context, raft.ServerAddress) (uint64, error) { return p.term, nil }
+
+// silentProber gets no answer from anyone.
+type silentProber struct{}
+
+func (silentProber) Term(ctx context.Context, _ raft.ServerAddress) (uint64, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// TestReadBarrierNeedsFreshTermAnswers checks that a leader confirms its
+// leadership only from answers given after the check began, never from
+// raft's replication bookkeeping: jepsen-lite saw a leader resumed from
+// SIGSTOP serve a stale read because raft's VerifyLeader counted follower
+// answers sent before the pause.
+func TestReadBarrierNeedsFreshTermAnswers(t *testing.T) {
+	c := membertest.New(t, 3)
+	ctx := ctxT(t)
+	leader := c.WaitLeader()
+	n := c.Members[leader].Node()
+	if err := n.ReadBarrier(ctx); err != nil {
+		t.Fatalf("read barrier on a healthy leader: %v", err)
+	}
+	cases := []struct {
+		name   string
+		prober node.TermProber
+	}{
+		{"followers in a later term", staleProber{n.Term() + 1}},
+		{"no answers", silentProber{}},
+	}
+	real := n.SetTermProber(nil)
+	for _, tc := range cases {
+		n.SetTermProber(tc.prober)
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := n.ReadBarrier(rctx)
+		cancel()
+		if err == nil {
+			t.Fatalf("%s: read barrier confirmed leadership", tc.name)
+		}
+		// The server retries until the client's deadline; the read must
+		// not be answered from this member's unconfirmed state.
+		rctx, cancel = context.WithTimeout(ctx, 2*time.Second)
+		_, err = c.Client(leader).Get(rctx, "k")
+		cancel()
+		if err == nil {
+			t.Fatalf("%s: linearizable read served without confirmation", tc.name)
+		}
+	}
+	n.SetTermProber(real)
+	if err := n.ReadBarrier(ctx); err != nil {
+		t.Fatalf("read barrier after the real prober is back: %v", err)
 	}
 }

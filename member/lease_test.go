@@ -277,3 +277,58 @@ func TestExpiryBoundWhileLeadershipMoves(t *testing.T) {
 		}
 	}
 }
+
+// TestExpiryBoundWhileLeadershipMovesOften moves leadership every 700 ms,
+// faster than a lease is checkpointed (1 s). Each new leader restarts an
+// uncheckpointed lease with its whole TTL, so unless it checkpoints the
+// lease at once, a lease whose holder is gone lives as long as the moves go
+// on (jepsen-lite found this).
+func TestExpiryBoundWhileLeadershipMovesOften(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes 6 s")
+	}
+	c := membertest.New(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cli := c.Client()
+	g, err := cli.Grant(ctx, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := cli.Put(ctx, "/svc/often", "x", clientv3.WithLease(g.ID)); err != nil {
+		t.Fatal(err)
+	}
+	wch := cli.Watch(ctx, "/svc/often", clientv3.WithFilterPut())
+	moves := 0
+	tick := time.NewTicker(700 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			leader := c.WaitLeader()
+			to := (leader + 1) % 3
+			if _, err := c.Client(leader).MoveLeader(ctx, c.Members[to].ID()); err != nil {
+				t.Fatalf("move leader: %v", err)
+			}
+			moves++
+		case resp := <-wch:
+			gone := time.Since(start)
+			if len(resp.Events) == 0 {
+				t.Fatalf("watch: %v", resp.Err())
+			}
+			t.Logf("4 s lease gone after %v with %d leadership moves", gone, moves)
+			if gone < 4*time.Second {
+				t.Fatalf("expired early: %v", gone)
+			}
+			// TTL + checkpoint-after (1 s) + per move a tick and the
+			// leaderless time of a transfer, with room for -race.
+			if gone > 8*time.Second {
+				t.Fatalf("lease lived %v with %d moves; want at most 8 s", gone, moves)
+			}
+			return
+		case <-ctx.Done():
+			t.Fatalf("lease still alive after %v with %d leadership moves", time.Since(start), moves)
+		}
+	}
+}

@@ -72,6 +72,18 @@ type Config struct {
 	Metrics prometheus.Registerer
 }
 
+// TermProber asks another member for its current raft term, the seam
+// through which a leader confirms it still leads (see ReadBarrier).
+//
+// Term is called concurrently, once per voter of each confirmation round.
+// Each call must send a new request, made after the call began, and never
+// answer from a cache or from a reply to an earlier request: the answer
+// counts as that member's word after the round began. It must return once
+// ctx ends.
+type TermProber interface {
+	Term(ctx context.Context, addr raft.ServerAddress) (uint64, error)
+}
+
 // LeaderService is leader-only machinery. Run is started after the new
 // leader has applied every entry of earlier terms (a barrier), so it never
 // acts on a stale FSM, and ctx is cancelled the moment leadership is lost.
@@ -101,6 +113,7 @@ type Node struct {
 	rmu       sync.Mutex
 	nextRead  *readBatch
 	verifying bool
+	prober    TermProber
 
 	smu      sync.Mutex
 	services []LeaderService
@@ -195,14 +208,17 @@ func New(cfg Config) (*Node, error) {
 	notify := make(chan bool, 16)
 	rc := raft.DefaultConfig()
 	rc.LocalID = ServerID(cfg.ID)
-	// hashicorp/raft derives its heartbeat period from HeartbeatTimeout/10;
-	// etcd users think in heartbeat interval and election timeout, so map
-	// both onto the election timeout and keep the leader lease at half of it:
-	// a leader that hears from no quorum for that long steps down, which is
-	// what bounds how long a deposed leader can still act (see ReadBarrier).
-	rc.HeartbeatTimeout = cfg.ElectionTimeout
+	// etcd users think in heartbeat interval and election timeout.
+	// hashicorp/raft heartbeats every HeartbeatTimeout/10 to 2/10, and a
+	// follower that hears nothing for HeartbeatTimeout to twice that starts
+	// an election; so HeartbeatTimeout is ten heartbeat intervals, capped at
+	// half the election timeout, which puts failure detection where etcd's
+	// is (about one election timeout) rather than up to twice as late. A
+	// leader that hears from no quorum for LeaderLeaseTimeout steps down;
+	// raft requires it to be at most HeartbeatTimeout.
+	rc.HeartbeatTimeout = min(10*cfg.HeartbeatInterval, cfg.ElectionTimeout/2)
 	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = cfg.ElectionTimeout / 2
+	rc.LeaderLeaseTimeout = rc.HeartbeatTimeout
 	rc.CommitTimeout = 5 * time.Millisecond
 	rc.SnapshotThreshold = cfg.SnapshotCount
 	rc.SnapshotInterval = cfg.SnapshotInterval
@@ -303,6 +319,16 @@ func (n *Node) voters() int {
 		}
 	}
 	return c
+}
+
+// SetTermProber gives the node its way to ask other members for their term,
+// which ReadBarrier needs, and returns the one it replaces. Call it before
+// Start.
+func (n *Node) SetTermProber(p TermProber) (previous TermProber) {
+	n.rmu.Lock()
+	defer n.rmu.Unlock()
+	previous, n.prober = n.prober, p
+	return previous
 }
 
 // AddLeaderService registers machinery that runs only while this member
@@ -519,7 +545,7 @@ type readBatch struct {
 //
 // Concurrent callers share one leadership confirmation: a caller joins the
 // next round that has not started yet, never one already in flight (that
-// round's heartbeats may predate the caller, and a newer leader could have
+// round's questions may predate the caller, and a newer leader could have
 // acknowledged writes since).
 func (n *Node) ReadBarrier(ctx context.Context) error {
 	if n.raft.State() != raft.Leader {
@@ -576,16 +602,86 @@ func (n *Node) verifyOnce() error {
 		}
 		term = n.raft.CurrentTerm()
 	}
-	if err := n.raft.VerifyLeader().Error(); err != nil {
-		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
-			return ErrNotLeader
-		}
-		return fmt.Errorf("node: verify leadership: %w", err)
+	if err := n.confirmTerm(term); err != nil {
+		return err
 	}
-	if n.raft.CurrentTerm() != term {
+	if n.raft.CurrentTerm() != term || n.raft.State() != raft.Leader {
 		return ErrNotLeader
 	}
 	return nil
+}
+
+// confirmTerm returns nil once a quorum of voters, asked after the call
+// began, say they are still in term. A leader of a later term needs votes
+// from a quorum, which shares a member with this one, and that member moved
+// to the later term before it voted; so no later leader existed, or could
+// have acknowledged a write, before the call began.
+//
+// raft's VerifyLeader is not enough: it counts any successful replication
+// or heartbeat answer that arrives after it was called, including answers
+// to requests sent long before. A leader resuming from a pause (SIGSTOP, a
+// stalled VM) reads a follower's buffered answer from before the pause,
+// "confirms" a leadership it lost meanwhile, and serves a stale read;
+// jepsen-lite caught exactly that.
+func (n *Node) confirmTerm(term uint64) error {
+	n.rmu.Lock()
+	prober := n.prober
+	n.rmu.Unlock()
+	if prober == nil {
+		return errors.New("node: leadership check before SetTermProber")
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("node: read configuration: %w", err)
+	}
+	self := ServerID(n.cfg.ID)
+	var others []raft.Server
+	voters, have := 0, 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		voters++
+		if s.ID == self {
+			have++
+		} else {
+			others = append(others, s)
+		}
+	}
+	need := voters/2 + 1
+	if have >= need {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ElectionTimeout)
+	defer cancel()
+	answers := make(chan uint64, len(others))
+	for _, s := range others {
+		go func() {
+			t, err := prober.Term(ctx, s.Address)
+			if err != nil {
+				t = 0 // no word from this member
+			}
+			answers <- t
+		}()
+	}
+	for range others {
+		select {
+		case t := <-answers:
+			switch {
+			case t == term:
+				if have++; have >= need {
+					return nil
+				}
+			case t > term:
+				return ErrNotLeader
+			}
+		case <-ctx.Done():
+			return ErrNotLeader
+		}
+	}
+	// Too few members answered to tell; raft steps this member down if
+	// that lasts (LeaderLeaseTimeout), and callers retry meanwhile.
+	return ErrNotLeader
 }
 
 // Members lists the cluster's members: raft's configuration joined with what

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hashicorp/raft"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
@@ -45,6 +46,15 @@ var peerServiceDesc = grpc.ServiceDesc{
 			}
 			return srv.(peerServer).ReadIndex(ctx, r)
 		},
+	}, {
+		MethodName: "Term",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			r := new(pb.StatusRequest)
+			if err := dec(r); err != nil {
+				return nil, err
+			}
+			return srv.(peerServer).Term(ctx, r)
+		},
 	}},
 	Metadata: "corenode/peer",
 }
@@ -57,6 +67,9 @@ type peerServer interface {
 	// follower must apply before it serves a linearizable read
 	// (RaftAppliedIndex in the response).
 	ReadIndex(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error)
+	// Term answers with this member's current raft term (RaftTerm), which
+	// a leader needs from a quorum to confirm it still leads.
+	Term(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error)
 }
 
 type peerService struct{ s *Server }
@@ -79,6 +92,23 @@ func (p *peerService) ReadIndex(ctx context.Context, _ *pb.StatusRequest) (*pb.S
 		return nil, mapErr(ctx, err)
 	}
 	return &pb.StatusResponse{RaftAppliedIndex: index}, nil
+}
+
+func (p *peerService) Term(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
+	return &pb.StatusResponse{RaftTerm: p.s.node.Term()}, nil
+}
+
+// Term implements node.TermProber over the peer service.
+func (s *Server) Term(ctx context.Context, addr raft.ServerAddress) (uint64, error) {
+	conn, err := s.peerConn(string(addr))
+	if err != nil {
+		return 0, err
+	}
+	resp := new(pb.StatusResponse)
+	if err := conn.Invoke(ctx, "/corenode.Peer/Term", &pb.StatusRequest{}, resp); err != nil {
+		return 0, fmt.Errorf("transport: ask %s its term: %w", addr, err)
+	}
+	return resp.RaftTerm, nil
 }
 
 // tellRemoved lets a removed member know, so it stops rather than campaign
