@@ -1,0 +1,320 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/corenode/corenode/test/jepsen-lite/internal/cluster"
+	"github.com/corenode/corenode/test/jepsen-lite/internal/history"
+	"github.com/corenode/corenode/test/jepsen-lite/internal/nemesis"
+	"github.com/corenode/corenode/test/jepsen-lite/internal/workload"
+)
+
+// runner is one run: it owns the cluster, the clients and the history, and
+// is what the hard deadline and a second signal tear down.
+type runner struct {
+	cfg     *config
+	log     *slog.Logger
+	started time.Time
+
+	interrupted atomic.Bool
+
+	mu       sync.Mutex
+	cl       cluster.Cluster
+	rec      *history.Recorder
+	faults   int
+	harness  []string // what went wrong with the run itself
+	tempDirs []string // removed when the run ends
+	skipped  []nemesis.Kind
+}
+
+func (r *runner) setCluster(c cluster.Cluster) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cl = c
+}
+
+func (r *runner) harnessErr(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	r.log.Error(msg)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.harness = append(r.harness, msg)
+}
+
+// abort is the last resort: kill the cluster, save the history, print the
+// verdict line and exit.
+func (r *runner) abort(why string, status int) {
+	abortOnce.Do(func() {
+		r.log.Error("aborting", "why", why)
+		r.mu.Lock()
+		cl, rec, faults := r.cl, r.rec, r.faults
+		r.mu.Unlock()
+		if cl != nil {
+			cl.KillNow()
+		}
+		r.mu.Lock()
+		for _, d := range r.tempDirs {
+			_ = os.RemoveAll(d)
+		}
+		r.mu.Unlock()
+		ops := 0
+		if rec != nil {
+			_ = rec.Flush()
+			ops = countOps(rec.Ops())
+		}
+		fmt.Printf("aborted: %s; history so far in %s\n", why, r.cfg.Out)
+		fmt.Printf("valid=false ops=%d faults=%d anomalies=0\n", ops, faults)
+		os.Exit(status)
+	})
+}
+
+func (r *runner) saveConfig() error {
+	b, err := json.MarshalIndent(r.cfg, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode run config: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(r.cfg.Out, "run.json"), b, 0o644); err != nil {
+		return fmt.Errorf("save run config: %w", err)
+	}
+	return nil
+}
+
+// run is the whole run; it returns the exit status.
+func (r *runner) run(ctx context.Context) int {
+	cfg := r.cfg
+	r.log.Info("jepsen-lite", "members", cfg.Members, "seed", cfg.Seed, "duration", cfg.Duration, "faults", cfg.Faults, "out", cfg.Out, "docker", cfg.Docker)
+	if err := r.saveConfig(); err != nil {
+		r.harnessErr("%v", err)
+		return r.finish(nil, nil)
+	}
+	clock := history.NewClock()
+	rec, err := history.NewRecorder(clock, filepath.Join(cfg.Out, "history.jsonl"))
+	if err != nil {
+		r.harnessErr("%v", err)
+		return r.finish(nil, nil)
+	}
+	r.mu.Lock()
+	r.rec = rec
+	r.mu.Unlock()
+
+	cl, err := r.startCluster(ctx)
+	if err != nil {
+		r.harnessErr("start the cluster: %v", err)
+		return r.finish(rec, nil)
+	}
+	r.setCluster(cl)
+	defer cl.Close()
+
+	n := cl.Size()
+	endpoints := make([]string, n)
+	pinned := make([]*clientv3.Client, n)
+	for i := range n {
+		endpoints[i] = cl.Endpoint(i)
+		if pinned[i], err = cluster.NewClient([]string{endpoints[i]}); err != nil {
+			r.harnessErr("%v", err)
+			return r.finish(rec, cl)
+		}
+		defer pinned[i].Close()
+	}
+	all, err := cluster.NewClient(endpoints)
+	if err != nil {
+		r.harnessErr("%v", err)
+		return r.finish(rec, cl)
+	}
+	defer all.Close()
+	if err := cluster.WaitHealthy(ctx, pinned, endpoints, time.Minute, r.log); err != nil {
+		r.harnessErr("%v", err)
+		return r.finish(rec, cl)
+	}
+	r.log.Info("cluster healthy", "endpoints", endpoints, "after", time.Since(r.started).Round(time.Millisecond))
+
+	env := workload.NewEnv(rec, r.log, cfg.OpTimeout, pinned, all)
+	kinds, _ := nemesis.Parse(cfg.Faults)
+	// About 9 s per fault and its quiet time fit a normal schedule; with
+	// less, shorten them so that a short run still gets every kind.
+	compact := cfg.Duration < time.Duration(len(kinds))*9*time.Second
+	quietMin, quietMax := time.Second, 2*time.Second
+	if compact {
+		quietMin, quietMax = 700*time.Millisecond, 1100*time.Millisecond
+	}
+	nem := nemesis.New(cl, pinned, endpoints, rec, r.log, nemesis.Config{
+		Kinds: kinds, Seed: cfg.Seed,
+		Election: time.Duration(cluster.DefaultSettings.ElectionMS) * time.Millisecond,
+		MaxTTL:   time.Duration(cfg.MaxTTL) * time.Second,
+		QuietMin: quietMin, QuietMax: quietMax, Compact: compact,
+	})
+
+	r.mu.Lock()
+	r.skipped = nem.Skipped()
+	r.mu.Unlock()
+
+	// Contexts, stopped in this order: clients, leases (after they have
+	// seen their last lease go), watchers (after the marker), monitor.
+	monCtx, stopMon := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopMon()
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopWatch()
+	leaseCtx, stopLeases := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLeases()
+	cliCtx, stopClients := context.WithCancel(ctx)
+	defer stopClients()
+
+	var mon, watchers, clients, leases workload.Group
+	mon.Go(func() { workload.NewMonitor(env, endpoints, 200*time.Millisecond).Run(monCtx) })
+	var ws []*workload.Watcher
+	for i := range n {
+		w := workload.NewWatcher(env, i)
+		ws = append(ws, w)
+		watchers.Go(func() { w.Run(watchCtx, cfg.Seed) })
+	}
+	reg := workload.NewRegister(env, cfg.Keys)
+	for range cfg.Clients {
+		clients.Go(func() { reg.Run(cliCtx, cfg.Seed) })
+	}
+	for range cfg.SetClients {
+		clients.Go(func() { workload.RunSet(cliCtx, env, cfg.Seed) })
+	}
+	finishLeases := make(chan struct{})
+	lw := workload.NewLeases(env, workload.LeaseConfig{
+		MinTTL: cfg.MinTTL, MaxTTL: cfg.MaxTTL, MaxKeepAlive: 8 * time.Second, RevokeProb: 0.2,
+		ObserveFor: time.Duration(cfg.MaxTTL)*time.Second + 15*time.Second,
+	})
+	for range cfg.LeaseClients {
+		leases.Go(func() { lw.Run(leaseCtx, finishLeases, cfg.Seed) })
+	}
+
+	// The faults, for -duration (or until a signal).
+	nemCtx, stopNem := context.WithTimeout(ctx, cfg.Duration)
+	nem.Run(nemCtx)
+	stopNem()
+	counts, total := nem.Counts()
+	r.mu.Lock()
+	r.faults = total
+	r.mu.Unlock()
+	r.log.Info("faults done, healing", "faults", total, "counts", counts)
+
+	// Heal everything and let the clients see a healthy cluster for a
+	// moment: a cluster that does not come back is a finding too.
+	if err := nemesis.HealAll(cl); err != nil {
+		r.harnessErr("heal: %v", err)
+	}
+	unhealthy := ""
+	if err := cluster.WaitHealthy(context.WithoutCancel(ctx), pinned, endpoints, 30*time.Second, r.log); err != nil {
+		unhealthy = fmt.Sprintf("cluster did not recover within 30s after every fault was healed: %v", err)
+		r.log.Error(unhealthy)
+	}
+	if ctx.Err() == nil {
+		time.Sleep(2 * time.Second)
+	}
+	close(finishLeases)
+	stopClients()
+	clients.Wait()
+	r.log.Info("clients stopped; waiting for the last leases to go")
+	leases.Wait()
+	stopLeases()
+
+	// Final reads, then the marker, then every watcher must reach it.
+	fctx, fcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer fcancel()
+	if err := workload.FinalRead(fctx, env, workload.SetPrefix); err != nil {
+		r.harnessErr("%v", err)
+	}
+	if _, err := workload.WriteMarker(fctx, env); err != nil {
+		r.harnessErr("%v", err)
+	} else {
+		for _, w := range ws {
+			select {
+			case <-w.Marker():
+			case <-fctx.Done():
+				r.log.Error("watcher did not see the marker", "member", w.Member())
+			}
+		}
+		for i := range n {
+			if err := workload.FullHistory(fctx, env, i, 20*time.Second); err != nil {
+				r.harnessErr("%v", err)
+			}
+		}
+	}
+	stopWatch()
+	watchers.Wait()
+	stopMon()
+	mon.Wait()
+	return r.finish(rec, cl, unhealthy)
+}
+
+func (r *runner) startCluster(ctx context.Context) (cluster.Cluster, error) {
+	cfg := r.cfg
+	root, err := cluster.ModuleRoot()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Docker {
+		c, err := cluster.StartCompose(ctx, cluster.ComposeConfig{
+			File: filepath.Join(root, cfg.Compose), Members: cfg.Members, LogDir: cfg.Out, Log: r.log,
+			Image: cfg.DockerImage, Build: filepath.Join(root, "deploy", "build"),
+		})
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	bin := cfg.Binary
+	if bin == "" {
+		dir, err := os.MkdirTemp("", "jepsen-lite-bin-")
+		if err != nil {
+			return nil, fmt.Errorf("temp dir for the binary: %w", err)
+		}
+		r.mu.Lock()
+		r.tempDirs = append(r.tempDirs, dir)
+		r.mu.Unlock()
+		start := time.Now()
+		bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		defer cancel()
+		if bin, err = cluster.Build(bctx, root, dir); err != nil {
+			return nil, err
+		}
+		r.log.Info("built corenode", "in", time.Since(start).Round(time.Millisecond))
+	}
+	data, err := os.MkdirTemp("", "jepsen-lite-data-")
+	if err != nil {
+		return nil, fmt.Errorf("temp dir for the data: %w", err)
+	}
+	c, err := cluster.StartProcesses(ctx, cluster.ProcessConfig{
+		Binary: bin, Members: cfg.Members, DataDir: data, LogDir: cfg.Out,
+		Settings: cluster.DefaultSettings, Seed: cfg.Seed, Log: r.log,
+	})
+	if err != nil {
+		os.RemoveAll(data)
+		return nil, err
+	}
+	return &removeOnClose{Cluster: c, dir: data}, nil
+}
+
+// removeOnClose deletes the members' data once they are stopped.
+type removeOnClose struct {
+	cluster.Cluster
+	dir string
+}
+
+func (r *removeOnClose) Close() error {
+	err := r.Cluster.Close()
+	return errors.Join(err, os.RemoveAll(r.dir))
+}
+
+func (r *removeOnClose) KillNow() {
+	r.Cluster.KillNow()
+	// SIGKILL is not instant; a member still writing could leave a file.
+	time.Sleep(200 * time.Millisecond)
+	_ = os.RemoveAll(r.dir)
+}
