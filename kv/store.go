@@ -144,7 +144,7 @@ type Store struct {
 	tree *btree.BTreeG[*keyEntry]
 	keys map[string]*keyEntry
 	// leases maps a lease ID to the entries whose live version carries it.
-	leases map[int64]map[*keyEntry]struct{}
+	leases map[int64]leaseKeys
 	live   int
 
 	watch hub
@@ -164,7 +164,7 @@ func (s *Store) reset(rev, compactRev int64, log []*record) {
 	s.log = log
 	s.tree = btree.NewG(32, entryLess)
 	s.keys = make(map[string]*keyEntry)
-	s.leases = make(map[int64]map[*keyEntry]struct{})
+	s.leases = make(map[int64]leaseKeys)
 	s.live = 0
 	for _, r := range log {
 		e := s.keys[string(r.kv.Key)]
@@ -204,22 +204,79 @@ func (s *Store) attach(e *keyEntry, lease int64) {
 		return
 	}
 	set := s.leases[lease]
-	if set == nil {
-		set = make(map[*keyEntry]struct{})
-		s.leases[lease] = set
-	}
-	set[e] = struct{}{}
+	set.add(e)
+	s.leases[lease] = set
 }
 
 func (s *Store) detach(e *keyEntry, lease int64) {
 	if lease == 0 {
 		return
 	}
-	if set := s.leases[lease]; set != nil {
-		delete(set, e)
-		if len(set) == 0 {
-			delete(s.leases, lease)
+	set, ok := s.leases[lease]
+	if !ok {
+		return
+	}
+	set.remove(e)
+	if set.len() == 0 {
+		delete(s.leases, lease)
+	} else {
+		s.leases[lease] = set
+	}
+}
+
+// leaseKeys is the set of entries attached to one lease. Most leases carry
+// one key or a few (a service registration, a lock, an election), and a map
+// per lease would cost more memory than the key itself, so a small set is a
+// slice; past leaseKeysFew entries it moves to a map, which keeps removal
+// cheap for a session lease with thousands of keys.
+type leaseKeys struct {
+	few  []*keyEntry
+	many map[*keyEntry]struct{}
+}
+
+const leaseKeysFew = 8
+
+func (l *leaseKeys) add(e *keyEntry) {
+	switch {
+	case l.many != nil:
+		l.many[e] = struct{}{}
+	case slices.Contains(l.few, e):
+	case len(l.few) < leaseKeysFew:
+		l.few = append(l.few, e)
+	default:
+		l.many = make(map[*keyEntry]struct{}, 2*leaseKeysFew)
+		for _, x := range l.few {
+			l.many[x] = struct{}{}
 		}
+		l.many[e] = struct{}{}
+		l.few = nil
+	}
+}
+
+func (l *leaseKeys) remove(e *keyEntry) {
+	if l.many != nil {
+		delete(l.many, e)
+	} else if i := slices.Index(l.few, e); i >= 0 {
+		l.few = slices.Delete(l.few, i, i+1)
+	}
+}
+
+func (l *leaseKeys) len() int {
+	if l.many != nil {
+		return len(l.many)
+	}
+	return len(l.few)
+}
+
+func (l *leaseKeys) each(f func(*keyEntry)) {
+	if l.many != nil {
+		for e := range l.many {
+			f(e)
+		}
+		return
+	}
+	for _, e := range l.few {
+		f(e)
 	}
 }
 
@@ -295,23 +352,21 @@ func (s *Store) KeyCount() int {
 func (s *Store) LeaseKeys(id int64) [][]byte {
 	s.mu.RLock()
 	set := s.leases[id]
-	if len(set) == 0 {
+	if set.len() == 0 {
 		s.mu.RUnlock()
 		return nil
 	}
 	size := 0
-	for e := range set {
-		size += len(e.key)
-	}
+	set.each(func(e *keyEntry) { size += len(e.key) })
 	buf := make([]byte, 0, size)
-	keys := make([][]byte, 0, len(set))
-	for e := range set {
+	keys := make([][]byte, 0, set.len())
+	set.each(func(e *keyEntry) {
 		start := len(buf)
 		buf = append(buf, e.key...)
 		keys = append(keys, buf[start:len(buf):len(buf)])
-	}
+	})
 	s.mu.RUnlock()
-	// The set is a map; sorting removes any dependence on its order.
+	// A big set is a map; sorting removes any dependence on its order.
 	slices.SortFunc(keys, bytes.Compare)
 	return keys
 }

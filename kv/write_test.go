@@ -397,3 +397,45 @@ func TestCompactEmptyStore(t *testing.T) {
 	_, err := s.Compact(1)
 	wantErr(t, err, rpctypes.ErrGRPCCompacted)
 }
+
+// TestLeaseKeysManyKeys crosses the size where a lease's key set moves from
+// a slice to a map, both ways.
+func TestLeaseKeysManyKeys(t *testing.T) {
+	s := newStore(1)
+	want := map[string]bool{}
+	check := func(step string) {
+		t.Helper()
+		got := s.LeaseKeys(1)
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d keys, want %d", step, len(got), len(want))
+		}
+		for i, k := range got {
+			if !want[string(k)] {
+				t.Fatalf("%s: unexpected key %s", step, k)
+			}
+			if i > 0 && string(got[i-1]) >= string(k) {
+				t.Fatalf("%s: keys not sorted: %s then %s", step, got[i-1], k)
+			}
+		}
+	}
+	for i := range 3 * leaseKeysFew {
+		k := fmt.Sprintf("k%03d", i)
+		putLease(t, s, k, "v", 1)
+		putLease(t, s, k, "v2", 1) // attaching twice keeps one
+		want[k] = true
+		check(fmt.Sprintf("after %d puts", i+1))
+	}
+	for i := range 3*leaseKeysFew - 1 {
+		k := fmt.Sprintf("k%03d", i)
+		put(t, s, k, "v") // detach
+		delete(want, k)
+		check(fmt.Sprintf("after %d detaches", i+1))
+	}
+	del(t, s, fmt.Sprintf("k%03d", 3*leaseKeysFew-1), "")
+	if got := s.LeaseKeys(1); got != nil {
+		t.Fatalf("empty lease still lists %s", got)
+	}
+	if _, ok := s.leases[1]; ok {
+		t.Fatal("an empty lease keeps its index entry")
+	}
+}

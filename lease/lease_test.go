@@ -302,3 +302,15 @@ func FuzzCheckpointDecode(f *testing.F) {
 		}
 	})
 }
+
+func TestLargestTTLNeverWraps(t *testing.T) {
+	tr, c := newTestTracker()
+	c.advance(10 * 365 * 24 * time.Hour) // a decade of uptime
+	tr.Granted(1, MaxTTL)
+	if got := tr.Expired(10); len(got) != 0 {
+		t.Fatalf("a lease of the largest TTL expired at once: %v", got)
+	}
+	if rem, ttl, ok := tr.Remaining(1); !ok || ttl != MaxTTL || rem < MaxTTL/2 {
+		t.Fatalf("remaining %d ttl %d ok %v", rem, ttl, ok)
+	}
+}

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"container/heap"
+	"math"
 	"sync"
 	"time"
 )
@@ -45,6 +46,7 @@ type Tracker struct {
 	clockBase  int64
 	clockStart time.Time
 
+	epoch        time.Time // instant zero
 	byID         map[int64]*entry
 	deadlines    entryHeap
 	renewals     []renewal // FIFO by renewal time, lazily pruned
@@ -56,24 +58,29 @@ type Tracker struct {
 type entry struct {
 	id           int64
 	ttl          time.Duration
-	deadline     time.Time
-	renewed      time.Time
+	deadline     instant
+	renewed      instant
 	checkpointed bool
 	expiring     bool
 	index        int // in deadlines; -1 when not there
 }
 
 type renewal struct {
-	at time.Time
+	at instant
 	id int64
 }
+
+// instant is a reading of the tracker's clock in nanoseconds since epoch.
+// A million leases each keep a deadline and a renewal time, and this is a
+// third of a time.Time.
+type instant int64
 
 // NewTracker returns an inactive tracker.
 func NewTracker(clock Clock, cfg TrackerConfig) *Tracker {
 	if cfg.CheckpointAfter <= 0 {
 		cfg.CheckpointAfter = time.Second
 	}
-	return &Tracker{clock: clock, cfg: cfg, byID: map[int64]*entry{}}
+	return &Tracker{clock: clock, cfg: cfg, byID: map[int64]*entry{}, epoch: clock.Now()}
 }
 
 // Promote activates the tracker on a new leader, restarting every deadline
@@ -84,24 +91,25 @@ func NewTracker(clock Clock, cfg TrackerConfig) *Tracker {
 func (t *Tracker) Promote(leaseClock int64, leases []Lease) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.clock.Now()
+	wall := t.clock.Now()
+	now := t.at(wall)
 	t.reset()
 	t.active = true
-	t.clockBase, t.clockStart = leaseClock, now
+	t.clockBase, t.clockStart = leaseClock, wall
 	// A lease never checkpointed gets its whole TTL from now: the old
 	// leader's last keep-alive is unknown here, and restarting it is never
 	// early. It is also due for a checkpoint at once, so the next leader
 	// change resumes it rather than granting the whole TTL again; otherwise
 	// leadership moving more often than CheckpointAfter would keep a lease
 	// whose holder is gone alive forever.
-	due := now.Add(-t.cfg.CheckpointAfter)
+	due := now - instant(t.cfg.CheckpointAfter)
 	for _, l := range leases {
 		e := &entry{id: l.ID, ttl: seconds(l.TTL), renewed: due, index: -1}
 		if l.Expiry == 0 {
-			e.deadline = now.Add(e.ttl)
+			e.deadline = now.plus(e.ttl)
 			t.renewals = append(t.renewals, renewal{due, l.ID})
 		} else {
-			e.deadline = now.Add(time.Duration(l.Expiry-leaseClock) * time.Millisecond)
+			e.deadline = now.plus(time.Duration(l.Expiry-leaseClock) * time.Millisecond)
 			e.checkpointed = true
 			t.checkpointed++
 		}
@@ -155,8 +163,8 @@ func (t *Tracker) Granted(id, ttl int64) {
 	if old, ok := t.byID[id]; ok {
 		t.remove(old)
 	}
-	now := t.clock.Now()
-	e := &entry{id: id, ttl: seconds(ttl), deadline: now.Add(seconds(ttl)), renewed: now}
+	now := t.at(t.clock.Now())
+	e := &entry{id: id, ttl: seconds(ttl), deadline: now.plus(seconds(ttl)), renewed: now}
 	t.byID[id] = e
 	heap.Push(&t.deadlines, e)
 	t.renewals = append(t.renewals, renewal{now, id})
@@ -201,13 +209,13 @@ func (t *Tracker) Renew(id int64) Renewal {
 	if !t.active || !ok || e.expiring {
 		return Renewal{}
 	}
-	now := t.clock.Now()
-	if !now.Before(e.deadline) {
+	now := t.at(t.clock.Now())
+	if now >= e.deadline {
 		// Its time is up even if the expiry is not yet proposed; renewing
 		// now would resurrect a lease the holder may already have given up.
 		return Renewal{}
 	}
-	e.deadline = now.Add(e.ttl)
+	e.deadline = now.plus(e.ttl)
 	heap.Fix(&t.deadlines, e.index)
 	e.renewed = now
 	t.renewals = append(t.renewals, renewal{now, id})
@@ -230,7 +238,7 @@ func (t *Tracker) Remaining(id int64) (remaining, granted int64, ok bool) {
 	if !t.active || !found {
 		return 0, 0, false
 	}
-	left := e.deadline.Sub(t.clock.Now())
+	left := time.Duration(e.deadline - t.at(t.clock.Now()))
 	if left < 0 || e.expiring {
 		left = 0
 	}
@@ -244,7 +252,7 @@ func (t *Tracker) NextDeadline() (time.Time, bool) {
 	if !t.active || len(t.deadlines) == 0 {
 		return time.Time{}, false
 	}
-	return t.deadlines[0].deadline, true
+	return t.time(t.deadlines[0].deadline), true
 }
 
 // Expired takes up to limit leases whose deadline has passed, ordered by
@@ -256,9 +264,9 @@ func (t *Tracker) Expired(limit int) []int64 {
 	if !t.active {
 		return nil
 	}
-	now := t.clock.Now()
+	now := t.at(t.clock.Now())
 	var out []int64
-	for len(t.deadlines) > 0 && len(out) < limit && !now.Before(t.deadlines[0].deadline) {
+	for len(t.deadlines) > 0 && len(out) < limit && now >= t.deadlines[0].deadline {
 		e := heap.Pop(&t.deadlines).(*entry)
 		e.expiring = true
 		out = append(out, e.id)
@@ -274,7 +282,7 @@ func (t *Tracker) Deadlines(ids []int64) []time.Time {
 	out := make([]time.Time, len(ids))
 	for i, id := range ids {
 		if e, ok := t.byID[id]; ok {
-			out[i] = e.deadline
+			out[i] = t.time(e.deadline)
 		}
 	}
 	return out
@@ -305,20 +313,21 @@ func (t *Tracker) TakeCheckpoint(limit int) (*Checkpoint, uint64) {
 	if !t.active {
 		return nil, 0
 	}
-	now := t.clock.Now()
-	leaseClock := t.clockBase + int64(now.Sub(t.clockStart)/time.Millisecond)
+	wall := t.clock.Now()
+	now := t.at(wall)
+	leaseClock := t.clockBase + int64(wall.Sub(t.clockStart)/time.Millisecond)
 	c := &Checkpoint{Clock: leaseClock, Resets: t.resets}
 	t.resets = nil
-	due := now.Add(-t.cfg.CheckpointAfter)
+	due := now - instant(t.cfg.CheckpointAfter)
 	n := 0
-	for n < len(t.renewals) && len(c.Expiries) < limit && !t.renewals[n].at.After(due) {
+	for n < len(t.renewals) && len(c.Expiries) < limit && t.renewals[n].at <= due {
 		r := t.renewals[n]
 		n++
 		e, ok := t.byID[r.id]
-		if !ok || e.expiring || e.checkpointed || !e.renewed.Equal(r.at) {
+		if !ok || e.expiring || e.checkpointed || e.renewed != r.at {
 			continue // superseded by a later renewal, or gone
 		}
-		left := e.deadline.Sub(now)
+		left := time.Duration(e.deadline - now)
 		// Round up: a checkpoint may extend a lease by a millisecond, never
 		// shorten it.
 		ms := int64((left + time.Millisecond - 1) / time.Millisecond)
@@ -343,13 +352,26 @@ func (t *Tracker) Seq() uint64 {
 	return t.seq
 }
 
+// plus is i+d, saturating: etcd's largest TTL is nine billion seconds,
+// within a few years of int64's end in nanoseconds.
+func (i instant) plus(d time.Duration) instant {
+	if i > 0 && d > 0 && instant(math.MaxInt64)-i < instant(d) {
+		return math.MaxInt64
+	}
+	return i + instant(d)
+}
+
+func (t *Tracker) at(wall time.Time) instant { return instant(wall.Sub(t.epoch)) }
+
+func (t *Tracker) time(i instant) time.Time { return t.epoch.Add(time.Duration(i)) }
+
 func seconds(s int64) time.Duration { return time.Duration(s) * time.Second }
 
 // entryHeap orders entries by deadline.
 type entryHeap []*entry
 
 func (h entryHeap) Len() int           { return len(h) }
-func (h entryHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h entryHeap) Less(i, j int) bool { return h[i].deadline < h[j].deadline }
 func (h entryHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].index = i
