@@ -225,11 +225,16 @@ func (s *Store) detach(e *keyEntry, lease int64) {
 }
 
 // leaseKeys is the set of entries attached to one lease. Most leases carry
-// one key or a few (a service registration, a lock, an election), and a map
-// per lease would cost more memory than the key itself, so a small set is a
-// slice; past leaseKeysFew entries it moves to a map, which keeps removal
-// cheap for a session lease with thousands of keys.
+// exactly one key (a service registration, a lock, an election), so that
+// one is held inline, without an allocation; a million leases make the
+// difference visible. Further keys go to a slice, and past leaseKeysFew to a
+// map, which keeps removal cheap for a session lease with thousands of keys.
 type leaseKeys struct {
+	one  *keyEntry
+	more *leaseKeysMore
+}
+
+type leaseKeysMore struct {
 	few  []*keyEntry
 	many map[*keyEntry]struct{}
 }
@@ -237,46 +242,81 @@ type leaseKeys struct {
 const leaseKeysFew = 8
 
 func (l *leaseKeys) add(e *keyEntry) {
+	if l.one == nil || l.one == e {
+		l.one = e
+		return
+	}
+	if l.more == nil {
+		l.more = &leaseKeysMore{}
+	}
+	m := l.more
 	switch {
-	case l.many != nil:
-		l.many[e] = struct{}{}
-	case slices.Contains(l.few, e):
-	case len(l.few) < leaseKeysFew:
-		l.few = append(l.few, e)
+	case m.many != nil:
+		m.many[e] = struct{}{}
+	case slices.Contains(m.few, e):
+	case len(m.few) < leaseKeysFew:
+		m.few = append(m.few, e)
 	default:
-		l.many = make(map[*keyEntry]struct{}, 2*leaseKeysFew)
-		for _, x := range l.few {
-			l.many[x] = struct{}{}
+		m.many = make(map[*keyEntry]struct{}, 2*leaseKeysFew)
+		for _, x := range m.few {
+			m.many[x] = struct{}{}
 		}
-		l.many[e] = struct{}{}
-		l.few = nil
+		m.many[e] = struct{}{}
+		m.few = nil
 	}
 }
 
 func (l *leaseKeys) remove(e *keyEntry) {
-	if l.many != nil {
-		delete(l.many, e)
-	} else if i := slices.Index(l.few, e); i >= 0 {
-		l.few = slices.Delete(l.few, i, i+1)
+	if l.one == e {
+		l.one = nil
+		// Keep one inline: promote any other key.
+		if m := l.more; m != nil {
+			if n := len(m.few); n > 0 {
+				l.one = m.few[n-1]
+				m.few[n-1] = nil
+				m.few = m.few[:n-1]
+			} else {
+				for x := range m.many {
+					l.one = x
+					delete(m.many, x)
+					break
+				}
+			}
+		}
+	} else if m := l.more; m != nil {
+		if m.many != nil {
+			delete(m.many, e)
+		} else if i := slices.Index(m.few, e); i >= 0 {
+			m.few = slices.Delete(m.few, i, i+1)
+		}
+	}
+	if m := l.more; m != nil && len(m.few) == 0 && len(m.many) == 0 {
+		l.more = nil
 	}
 }
 
 func (l *leaseKeys) len() int {
-	if l.many != nil {
-		return len(l.many)
+	n := 0
+	if l.one != nil {
+		n = 1
 	}
-	return len(l.few)
+	if m := l.more; m != nil {
+		n += len(m.few) + len(m.many)
+	}
+	return n
 }
 
 func (l *leaseKeys) each(f func(*keyEntry)) {
-	if l.many != nil {
-		for e := range l.many {
+	if l.one != nil {
+		f(l.one)
+	}
+	if m := l.more; m != nil {
+		for _, e := range m.few {
 			f(e)
 		}
-		return
-	}
-	for _, e := range l.few {
-		f(e)
+		for e := range m.many {
+			f(e)
+		}
 	}
 }
 

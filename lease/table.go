@@ -51,12 +51,16 @@ type Lease struct {
 
 // Table is the replicated lease state. Its methods are deterministic.
 type Table struct {
-	leases map[int64]*Lease
+	leases map[int64]terms // by ID, held by value: no pointer per lease
 	clock  int64
 }
 
+type terms struct{ ttl, expiry int64 }
+
+func (t terms) lease(id int64) Lease { return Lease{ID: id, TTL: t.ttl, Expiry: t.expiry} }
+
 // NewTable returns an empty table.
-func NewTable() *Table { return &Table{leases: map[int64]*Lease{}} }
+func NewTable() *Table { return &Table{leases: map[int64]terms{}} }
 
 // Clock is the lease clock in milliseconds.
 func (t *Table) Clock() int64 { return t.clock }
@@ -76,7 +80,7 @@ func (t *Table) Lookup(id int64) (Lease, bool) {
 	if !ok {
 		return Lease{}, false
 	}
-	return *l, true
+	return l.lease(id), true
 }
 
 // Grant adds a lease. Two grants of one ID can be in flight at once; the
@@ -88,7 +92,7 @@ func (t *Table) Grant(id, ttl int64) error {
 	if _, ok := t.leases[id]; ok {
 		return rpctypes.ErrGRPCLeaseExist
 	}
-	t.leases[id] = &Lease{ID: id, TTL: ttl}
+	t.leases[id] = terms{ttl: ttl}
 	return nil
 }
 
@@ -107,12 +111,14 @@ func (t *Table) Revoke(id int64) error {
 func (t *Table) Apply(c *Checkpoint) {
 	for _, id := range c.Resets {
 		if l, ok := t.leases[id]; ok {
-			l.Expiry = 0
+			l.expiry = 0
+			t.leases[id] = l
 		}
 	}
 	for _, e := range c.Expiries {
 		if l, ok := t.leases[e.ID]; ok {
-			l.Expiry = e.Expiry
+			l.expiry = e.Expiry
+			t.leases[e.ID] = l
 		}
 	}
 	// The clock never runs backwards, whatever a stale entry says.
@@ -122,8 +128,8 @@ func (t *Table) Apply(c *Checkpoint) {
 // Leases returns every lease, ordered by ID.
 func (t *Table) Leases() []Lease {
 	out := make([]Lease, 0, len(t.leases))
-	for _, l := range t.leases {
-		out = append(out, *l)
+	for id, l := range t.leases {
+		out = append(out, l.lease(id))
 	}
 	slices.SortFunc(out, func(a, b Lease) int { return cmp.Compare(a.ID, b.ID) })
 	return out
@@ -132,8 +138,8 @@ func (t *Table) Leases() []Lease {
 // Restore replaces the table's content.
 func (t *Table) Restore(clock int64, leases []Lease) {
 	t.clock = clock
-	t.leases = make(map[int64]*Lease, len(leases))
+	t.leases = make(map[int64]terms, len(leases))
 	for _, l := range leases {
-		t.leases[l.ID] = &l
+		t.leases[l.ID] = terms{ttl: l.TTL, expiry: l.Expiry}
 	}
 }

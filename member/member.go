@@ -47,9 +47,11 @@ type Config struct {
 
 	HeartbeatInterval time.Duration
 	ElectionTimeout   time.Duration
-	SnapshotCount     uint64
-	MaxRequestBytes   int
-	MaxTxnOps         int
+	// CommitNotifyInterval: see node.Config.
+	CommitNotifyInterval time.Duration
+	SnapshotCount        uint64
+	MaxRequestBytes      int
+	MaxTxnOps            int
 
 	// ClientTLS serves https:// client URLs; PeerTLS serves https:// peer URLs
 	// and is what this member presents when it dials other members.
@@ -69,6 +71,9 @@ type Config struct {
 	// what Gatherer gathers, Metrics itself when that is a Registry.
 	Metrics  prometheus.Registerer
 	Gatherer prometheus.Gatherer
+	// EnablePprof serves Go's profiles under /debug/pprof/ on the client
+	// URLs, as etcd's --enable-pprof does.
+	EnablePprof bool
 	// LeaseCheckpointAfter and LeaseTick tune lease checkpoints (see
 	// lease.TrackerConfig and checkpoint.Config); zero means the defaults.
 	LeaseCheckpointAfter time.Duration
@@ -259,6 +264,7 @@ func Start(cfg Config) (*Member, error) {
 		InitialMembers:    servers,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		ElectionTimeout:   cfg.ElectionTimeout,
+		CommitNotify:      cfg.CommitNotifyInterval,
 		SnapshotCount:     cfg.SnapshotCount,
 		Logger:            logger,
 		RaftLog:           cfg.RaftLog,
@@ -309,7 +315,7 @@ func Start(cfg Config) (*Member, error) {
 	if g, ok := cfg.Metrics.(prometheus.Gatherer); ok && gatherer == nil {
 		gatherer = g
 	}
-	m.http = &http.Server{Handler: m.server.HTTPHandler(gatherer), ReadHeaderTimeout: 10 * time.Second}
+	m.http = &http.Server{Handler: m.server.HTTPHandler(gatherer, cfg.EnablePprof), ReadHeaderTimeout: 10 * time.Second}
 
 	m.serve(func() error { return m.peer.Serve(m.peerMux.GRPCListener()) })
 	for _, c := range m.clients {

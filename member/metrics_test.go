@@ -148,3 +148,27 @@ func TestMetrics(t *testing.T) {
 		}
 	})
 }
+
+// TestPprofOnlyWhenEnabled checks --enable-pprof: profiles are served on
+// the client URL of a member that enables them, and nowhere else.
+func TestPprofOnlyWhenEnabled(t *testing.T) {
+	c := membertest.New(t, 3, membertest.WithConfig(func(i int, cfg *member.Config) {
+		cfg.EnablePprof = i == 0
+	}))
+	c.WaitLeader()
+	for i, want := range []int{http.StatusOK, http.StatusNotFound} {
+		resp, err := http.Get(c.ClientURL(i) + "/debug/pprof/goroutine?debug=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := make([]byte, 512)
+		n, _ := resp.Body.Read(body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("member %d: /debug/pprof/goroutine answered %d, want %d", i, resp.StatusCode, want)
+		}
+		if want == http.StatusOK && !strings.Contains(string(body[:n]), "goroutine profile") {
+			t.Fatalf("member %d: not a goroutine profile: %q", i, body[:n])
+		}
+	}
+}

@@ -56,6 +56,13 @@ type Config struct {
 
 	HeartbeatInterval time.Duration
 	ElectionTimeout   time.Duration
+	// CommitNotify is how long a leader with no new entries to send waits
+	// before it tells followers a new commit index (hashicorp/raft's
+	// CommitTimeout, randomized up to twice that). Followers apply a write,
+	// and their watchers see it, only once told, so at low write rates it
+	// is the follower's extra latency; an idle leader also sends one empty
+	// append to every follower this often. Zero means 1 ms.
+	CommitNotify time.Duration
 	// SnapshotCount is the number of applied entries that triggers a snapshot
 	// and log truncation.
 	SnapshotCount uint64
@@ -168,6 +175,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.ElectionTimeout == 0 {
 		cfg.ElectionTimeout = time.Second
 	}
+	if cfg.CommitNotify == 0 {
+		cfg.CommitNotify = time.Millisecond
+	}
 	if cfg.SnapshotCount == 0 {
 		cfg.SnapshotCount = 10000
 	}
@@ -219,7 +229,7 @@ func New(cfg Config) (*Node, error) {
 	rc.HeartbeatTimeout = min(10*cfg.HeartbeatInterval, cfg.ElectionTimeout/2)
 	rc.ElectionTimeout = cfg.ElectionTimeout
 	rc.LeaderLeaseTimeout = rc.HeartbeatTimeout
-	rc.CommitTimeout = 5 * time.Millisecond
+	rc.CommitTimeout = cfg.CommitNotify
 	rc.SnapshotThreshold = cfg.SnapshotCount
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.TrailingLogs = cfg.SnapshotCount

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,9 +12,17 @@ import (
 )
 
 // HTTPHandler serves /health (etcd's JSON form), /livez, /readyz and
-// /metrics, the last from metrics (nil serves an empty set).
-func (s *Server) HTTPHandler(metrics prometheus.Gatherer) http.Handler {
+// /metrics, the last from metrics (nil serves an empty set), and with
+// profiles Go's /debug/pprof/.
+func (s *Server) HTTPHandler(metrics prometheus.Gatherer, profiles bool) http.Handler {
 	mux := http.NewServeMux()
+	if profiles {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	if metrics == nil {
 		metrics = prometheus.NewRegistry()
 	}

@@ -55,13 +55,14 @@ type options struct {
 	listenClient, advertiseClient              string
 	listenPeer, advertisePeer                  string
 	initialCluster, initialState, initialToken string
-	heartbeatMS, electionMS                    int
+	heartbeatMS, electionMS, commitNotifyMS    int
 	snapshotCount                              uint64
 	maxRequestBytes, maxTxnOps                 int
 	logLevel                                   string
 	leaseCheckpointMS, leaseTickMS             int
 	leaseBatch                                 int
 	clientTLS, peerTLS                         member.TLSInfo
+	enablePprof                                bool
 }
 
 func newFlagSet(o *options) *flag.FlagSet {
@@ -77,9 +78,11 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.initialToken, "initial-cluster-token", "corenode-cluster", "cluster token; member IDs derive from it and the peer URLs")
 	fs.IntVar(&o.heartbeatMS, "heartbeat-interval", 100, "time (in milliseconds) of a heartbeat interval")
 	fs.IntVar(&o.electionMS, "election-timeout", 1000, "time (in milliseconds) for an election to timeout")
+	fs.IntVar(&o.commitNotifyMS, "commit-notify-interval", 1, "time (in milliseconds) a leader with nothing new to replicate waits before telling followers the commit index: followers' extra write and watch latency at low load, against an idle leader's empty appends per follower")
 	fs.Uint64Var(&o.snapshotCount, "snapshot-count", 10000, "number of committed entries that triggers a snapshot and log truncation")
 	fs.IntVar(&o.maxRequestBytes, "max-request-bytes", 1536*1024, "maximum client request size in bytes")
 	fs.IntVar(&o.maxTxnOps, "max-txn-ops", 128, "maximum number of operations in each branch of a txn")
+	fs.BoolVar(&o.enablePprof, "enable-pprof", false, "serve Go's runtime profiles under /debug/pprof/ on the client URLs")
 	fs.IntVar(&o.leaseCheckpointMS, "lease-checkpoint-after", 1000, "milliseconds a lease goes without keep-alive before the leader checkpoints its remaining TTL; bounds how far a leader change extends it")
 	fs.IntVar(&o.leaseTickMS, "lease-tick", 100, "milliseconds between the leader's lease-clock ticks and checkpoint batches")
 	fs.IntVar(&o.leaseBatch, "lease-checkpoint-batch", 1000, "most leases in one checkpoint or expiry entry")
@@ -159,6 +162,9 @@ func run(args []string) error {
 	if o.initialCluster == "" {
 		o.initialCluster = o.name + "=" + o.advertisePeer
 	}
+	if o.commitNotifyMS < 1 || o.commitNotifyMS > o.heartbeatMS {
+		return fmt.Errorf("--commit-notify-interval (%d ms) must be between 1 and --heartbeat-interval (%d ms)", o.commitNotifyMS, o.heartbeatMS)
+	}
 	if o.electionMS < 5*o.heartbeatMS {
 		return fmt.Errorf("--election-timeout (%d ms) should be at least 5 times --heartbeat-interval (%d ms)", o.electionMS, o.heartbeatMS)
 	}
@@ -174,9 +180,11 @@ func run(args []string) error {
 		InitialClusterToken:      o.initialToken,
 		HeartbeatInterval:        time.Duration(o.heartbeatMS) * time.Millisecond,
 		ElectionTimeout:          time.Duration(o.electionMS) * time.Millisecond,
+		CommitNotifyInterval:     time.Duration(o.commitNotifyMS) * time.Millisecond,
 		SnapshotCount:            o.snapshotCount,
 		MaxRequestBytes:          o.maxRequestBytes,
 		MaxTxnOps:                o.maxTxnOps,
+		EnablePprof:              o.enablePprof,
 		Logger:                   logger,
 		Metrics:                  prometheus.DefaultRegisterer,
 		LeaseCheckpointAfter:     time.Duration(o.leaseCheckpointMS) * time.Millisecond,
@@ -188,6 +196,9 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	gcCtx, stopGC := context.WithCancel(context.Background())
+	defer stopGC()
+	go tuneGC(gcCtx, logger)
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	select {
