@@ -236,46 +236,7 @@ func TestExpiryBoundWhileLeadershipMoves(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes 12 s")
 	}
-	c := membertest.New(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cli := c.Client()
-	g, err := cli.Grant(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	cli.Put(ctx, "/svc/bounded", "x", clientv3.WithLease(g.ID))
-	wch := cli.Watch(ctx, "/svc/bounded", clientv3.WithFilterPut())
-	moves := 0
-	tick := time.NewTicker(4 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-tick.C:
-			leader := c.WaitLeader()
-			to := (leader + 1) % 3
-			if _, err := c.Client(leader).MoveLeader(ctx, c.Members[to].ID()); err != nil {
-				t.Fatalf("move leader: %v", err)
-			}
-			moves++
-		case resp := <-wch:
-			gone := time.Since(start)
-			if len(resp.Events) == 0 {
-				t.Fatalf("watch: %v", resp.Err())
-			}
-			t.Logf("10 s lease gone after %v with %d leadership moves", gone, moves)
-			if gone < 10*time.Second {
-				t.Fatalf("expired early: %v", gone)
-			}
-			if gone > 12*time.Second {
-				t.Fatalf("lease lived %v, bound is 12 s", gone)
-			}
-			return
-		case <-ctx.Done():
-			t.Fatalf("lease still alive after %v with %d leadership moves", time.Since(start), moves)
-		}
-	}
+	expiryBoundWhileMoving(t, 10, 4*time.Second, 12*time.Second)
 }
 
 // TestExpiryBoundWhileLeadershipMovesOften moves leadership every 700 ms,
@@ -287,21 +248,30 @@ func TestExpiryBoundWhileLeadershipMovesOften(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes 6 s")
 	}
+	// TTL + checkpoint-after (1 s) + per move a tick and the leaderless
+	// time of a transfer, with room for -race.
+	expiryBoundWhileMoving(t, 4, 700*time.Millisecond, 8*time.Second)
+}
+
+// expiryBoundWhileMoving grants a lease of ttl seconds that nobody keeps
+// alive, moves leadership every interval, and checks that the lease's key
+// is deleted after its TTL and no later than bound.
+func expiryBoundWhileMoving(t *testing.T, ttl int64, every, bound time.Duration) {
 	c := membertest.New(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cli := c.Client()
-	g, err := cli.Grant(ctx, 4)
+	g, err := cli.Grant(ctx, ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	if _, err := cli.Put(ctx, "/svc/often", "x", clientv3.WithLease(g.ID)); err != nil {
+	if _, err := cli.Put(ctx, "/svc/bounded", "x", clientv3.WithLease(g.ID)); err != nil {
 		t.Fatal(err)
 	}
-	wch := cli.Watch(ctx, "/svc/often", clientv3.WithFilterPut())
+	wch := cli.Watch(ctx, "/svc/bounded", clientv3.WithFilterPut())
 	moves := 0
-	tick := time.NewTicker(700 * time.Millisecond)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		select {
@@ -317,14 +287,12 @@ func TestExpiryBoundWhileLeadershipMovesOften(t *testing.T) {
 			if len(resp.Events) == 0 {
 				t.Fatalf("watch: %v", resp.Err())
 			}
-			t.Logf("4 s lease gone after %v with %d leadership moves", gone, moves)
-			if gone < 4*time.Second {
+			t.Logf("%d s lease gone after %v with %d leadership moves", ttl, gone, moves)
+			if gone < time.Duration(ttl)*time.Second {
 				t.Fatalf("expired early: %v", gone)
 			}
-			// TTL + checkpoint-after (1 s) + per move a tick and the
-			// leaderless time of a transfer, with room for -race.
-			if gone > 8*time.Second {
-				t.Fatalf("lease lived %v with %d moves; want at most 8 s", gone, moves)
+			if gone > bound {
+				t.Fatalf("lease lived %v with %d moves; bound is %v", gone, moves, bound)
 			}
 			return
 		case <-ctx.Done():

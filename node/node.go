@@ -61,7 +61,8 @@ type Config struct {
 	// CommitTimeout, randomized up to twice that). Followers apply a write,
 	// and their watchers see it, only once told, so at low write rates it
 	// is the follower's extra latency; an idle leader also sends one empty
-	// append to every follower this often. Zero means 1 ms.
+	// append to every follower this often. Zero means 5 ms; less than that
+	// is refused by the binary (see cmd/corenode).
 	CommitNotify time.Duration
 	// SnapshotCount is the number of applied entries that triggers a snapshot
 	// and log truncation.
@@ -176,7 +177,7 @@ func New(cfg Config) (*Node, error) {
 		cfg.ElectionTimeout = time.Second
 	}
 	if cfg.CommitNotify == 0 {
-		cfg.CommitNotify = time.Millisecond
+		cfg.CommitNotify = 5 * time.Millisecond
 	}
 	if cfg.SnapshotCount == 0 {
 		cfg.SnapshotCount = 10000
