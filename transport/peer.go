@@ -19,44 +19,28 @@ import (
 var peerServiceDesc = grpc.ServiceDesc{
 	ServiceName: "corenode.Peer",
 	HandlerType: (*peerServer)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "Publish",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-			m := new(pb.Member)
-			if err := dec(m); err != nil {
-				return nil, err
-			}
-			return srv.(peerServer).Publish(ctx, m)
-		},
-	}, {
-		MethodName: "Removed",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-			m := new(pb.Member)
-			if err := dec(m); err != nil {
-				return nil, err
-			}
-			return srv.(peerServer).Removed(ctx, m)
-		},
-	}, {
-		MethodName: "ReadIndex",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-			r := new(pb.StatusRequest)
-			if err := dec(r); err != nil {
-				return nil, err
-			}
-			return srv.(peerServer).ReadIndex(ctx, r)
-		},
-	}, {
-		MethodName: "Term",
-		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-			r := new(pb.StatusRequest)
-			if err := dec(r); err != nil {
-				return nil, err
-			}
-			return srv.(peerServer).Term(ctx, r)
-		},
-	}},
+	Methods: []grpc.MethodDesc{
+		peerMethod("Publish", peerServer.Publish),
+		peerMethod("Removed", peerServer.Removed),
+		peerMethod("ReadIndex", peerServer.ReadIndex),
+		peerMethod("Term", peerServer.Term),
+	},
 	Metadata: "corenode/peer",
+}
+
+// peerMethod describes one unary method of the peer service: decode a Req,
+// call the method on the registered peerServer.
+func peerMethod[Req any, Resp any](name string, call func(peerServer, context.Context, *Req) (Resp, error)) grpc.MethodDesc {
+	return grpc.MethodDesc{
+		MethodName: name,
+		Handler: func(srv any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			req := new(Req)
+			if err := dec(req); err != nil {
+				return nil, err
+			}
+			return call(srv.(peerServer), ctx, req)
+		},
+	}
 }
 
 type peerServer interface {
