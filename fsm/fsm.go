@@ -88,6 +88,14 @@ func (f *FSM) WaitApplied(ctx context.Context, index uint64) error {
 	}
 }
 
+// AppliedChanged returns the applied index and a channel closed once it
+// advances past it, for callers that wait on it together with other events.
+func (f *FSM) AppliedChanged() (uint64, <-chan struct{}) {
+	f.amu.Lock()
+	defer f.amu.Unlock()
+	return f.applied, f.appliedCh
+}
+
 func (f *FSM) setApplied(index uint64) {
 	f.amu.Lock()
 	if index > f.applied {

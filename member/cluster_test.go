@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/corenode/corenode/member"
 	"github.com/corenode/corenode/member/membertest"
 	"github.com/corenode/corenode/node"
 )
@@ -677,5 +678,40 @@ func TestReadBarrierNeedsFreshTermAnswers(t *testing.T) {
 	n.SetTermProber(real)
 	if err := n.ReadBarrier(ctx); err != nil {
 		t.Fatalf("read barrier after the real prober is back: %v", err)
+	}
+}
+
+// TestFollowersHearOfCommitsWithoutNewEntries: with raft's own empty
+// appends an hour apart, a follower learns that a write committed only from
+// the leader's commit notifier; without it, the last write of a burst would
+// stay unapplied on followers (invisible to their watchers and serializable
+// reads) until the next write.
+func TestFollowersHearOfCommitsWithoutNewEntries(t *testing.T) {
+	c := membertest.New(t, 3, membertest.WithConfig(func(i int, cfg *member.Config) {
+		cfg.CommitNotifyInterval = time.Hour
+	}))
+	ctx := ctxT(t)
+	leader := c.WaitLeader()
+	for round := range 3 {
+		value := fmt.Sprintf("v%d", round)
+		put, err := c.Client(leader).Put(ctx, "/last", value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range c.Members {
+			if i == leader {
+				continue
+			}
+			for {
+				resp, err := c.Client(i).Get(ctx, "/last", clientv3.WithSerializable())
+				if err != nil {
+					t.Fatalf("member %d: %v (never applied revision %d)", i, err, put.Header.Revision)
+				}
+				if len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == value {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
 	}
 }

@@ -56,13 +56,12 @@ type Config struct {
 
 	HeartbeatInterval time.Duration
 	ElectionTimeout   time.Duration
-	// CommitNotify is how long a leader with no new entries to send waits
-	// before it tells followers a new commit index (hashicorp/raft's
-	// CommitTimeout, randomized up to twice that). Followers apply a write,
-	// and their watchers see it, only once told, so at low write rates it
-	// is the follower's extra latency; an idle leader also sends one empty
-	// append to every follower this often. Zero means 5 ms; less than that
-	// is refused by the binary (see cmd/corenode).
+	// CommitNotify is hashicorp/raft's CommitTimeout: how often a leader
+	// with nothing new to send still sends every follower an empty append
+	// (randomized up to twice that). Followers learn of new commits from
+	// the leader's commit notifier within about a millisecond (see
+	// notifyCommits), so this is only the fallback, and what an idle
+	// cluster spends its CPU on. Zero means 50 ms.
 	CommitNotify time.Duration
 	// SnapshotCount is the number of applied entries that triggers a snapshot
 	// and log truncation.
@@ -109,6 +108,7 @@ type Node struct {
 	bolt  *raftboltdb.BoltStore
 	snaps *raft.FileSnapshotStore
 	logs  raft.LogStore
+	repl  *replication
 	// metrics are always collected; cfg.Metrics decides whether anyone sees them.
 	metrics *metrics
 	obs     *raft.Observer
@@ -177,7 +177,7 @@ func New(cfg Config) (*Node, error) {
 		cfg.ElectionTimeout = time.Second
 	}
 	if cfg.CommitNotify == 0 {
-		cfg.CommitNotify = 5 * time.Millisecond
+		cfg.CommitNotify = 50 * time.Millisecond
 	}
 	if cfg.SnapshotCount == 0 {
 		cfg.SnapshotCount = 10000
@@ -216,6 +216,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: log cache: %w", err)
 	}
 
+	n.repl = newReplication(cfg.Transport)
 	notify := make(chan bool, 16)
 	rc := raft.DefaultConfig()
 	rc.LocalID = ServerID(cfg.ID)
@@ -249,7 +250,7 @@ func New(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("node: inspect raft state: %w", err)
 		}
 		if !has {
-			if err := raft.BootstrapCluster(rc, logs, bolt, snaps, cfg.Transport,
+			if err := raft.BootstrapCluster(rc, logs, bolt, snaps, n.repl,
 				raft.Configuration{Servers: cfg.InitialMembers}); err != nil {
 				bolt.Close()
 				return nil, fmt.Errorf("node: bootstrap: %w", err)
@@ -258,7 +259,7 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 
-	r, err := raft.NewRaft(rc, n.fsm, logs, bolt, snaps, cfg.Transport)
+	r, err := raft.NewRaft(rc, n.fsm, logs, bolt, snaps, n.repl)
 	if err != nil {
 		bolt.Close()
 		return nil, fmt.Errorf("node: start raft: %w", err)
@@ -414,6 +415,11 @@ func (n *Node) lead(ctx context.Context) {
 	services := slices.Clone(n.services)
 	n.smu.Unlock()
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		n.notifyCommits(ctx, term)
+	}()
 	for _, s := range services {
 		wg.Add(1)
 		go func() {
@@ -482,6 +488,22 @@ func (n *Node) Propose(ctx context.Context, op fsm.Op, msg fsm.Message) (any, er
 	if err != nil {
 		return nil, err
 	}
+	return n.propose(ctx, op, data)
+}
+
+// ProposeEncoded is Propose for a command a follower already encoded with
+// fsm.Encode and forwarded; the FSM validates it again when it applies.
+func (n *Node) ProposeEncoded(ctx context.Context, data []byte) (any, error) {
+	if n.raft.State() != raft.Leader {
+		return nil, ErrNotLeader
+	}
+	if len(data) < 2 {
+		return nil, fmt.Errorf("node: forwarded command of %d bytes is too short", len(data))
+	}
+	return n.propose(ctx, fsm.Op(data[1]), data)
+}
+
+func (n *Node) propose(ctx context.Context, op fsm.Op, data []byte) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -81,9 +81,9 @@ func (c *clusterService) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) 
 	}
 	_, err = onLeader(c.s, ctx, false, func(ctx context.Context) (*pb.MemberAddResponse, error) {
 		return nil, c.s.node.AddMember(r.PeerURLs, id, addr)
-	}, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberAddResponse, error) {
+	}, unary(c.s, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberAddResponse, error) {
 		return pb.NewClusterClient(conn).MemberAdd(ctx, r)
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -113,9 +113,9 @@ func (c *clusterService) MemberRemove(ctx context.Context, r *pb.MemberRemoveReq
 			go c.s.tellRemoved(r.ID, addr)
 		}
 		return nil, nil
-	}, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberRemoveResponse, error) {
+	}, unary(c.s, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberRemoveResponse, error) {
 		return pb.NewClusterClient(conn).MemberRemove(ctx, r)
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"google.golang.org/grpc"
 
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/kv"
@@ -36,9 +35,7 @@ func (k *kvService) Put(ctx context.Context, r *pb.PutRequest) (*pb.PutResponse,
 	if err := checkPut(r); err != nil {
 		return nil, err
 	}
-	resp, err := propose(k.s, ctx, fsm.OpPut, r, func(ctx context.Context, c *grpc.ClientConn) (*pb.PutResponse, error) {
-		return pb.NewKVClient(c).Put(ctx, r)
-	})
+	resp, err := propose[*pb.PutResponse](k.s, ctx, fsm.OpPut, r)
 	if err != nil {
 		return nil, err
 	}
@@ -50,9 +47,7 @@ func (k *kvService) DeleteRange(ctx context.Context, r *pb.DeleteRangeRequest) (
 	if err := checkDeleteRange(r); err != nil {
 		return nil, err
 	}
-	resp, err := propose(k.s, ctx, fsm.OpDeleteRange, r, func(ctx context.Context, c *grpc.ClientConn) (*pb.DeleteRangeResponse, error) {
-		return pb.NewKVClient(c).DeleteRange(ctx, r)
-	})
+	resp, err := propose[*pb.DeleteRangeResponse](k.s, ctx, fsm.OpDeleteRange, r)
 	if err != nil {
 		return nil, err
 	}
@@ -64,9 +59,6 @@ func (k *kvService) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse,
 	if err := checkTxn(r, k.s.limits.MaxTxnOps); err != nil {
 		return nil, err
 	}
-	remote := func(ctx context.Context, c *grpc.ClientConn) (*pb.TxnResponse, error) {
-		return pb.NewKVClient(c).Txn(ctx, r)
-	}
 	var resp *pb.TxnResponse
 	var err error
 	if isReadOnlyTxn(r) {
@@ -76,7 +68,7 @@ func (k *kvService) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse,
 			return k.s.node.Store().Txn(r)
 		})
 	} else {
-		resp, err = propose(k.s, ctx, fsm.OpTxn, r, remote)
+		resp, err = propose[*pb.TxnResponse](k.s, ctx, fsm.OpTxn, r)
 	}
 	if err != nil {
 		return nil, err
@@ -86,9 +78,7 @@ func (k *kvService) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse,
 }
 
 func (k *kvService) Compact(ctx context.Context, r *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	resp, err := propose(k.s, ctx, fsm.OpCompact, r, func(ctx context.Context, c *grpc.ClientConn) (*pb.CompactionResponse, error) {
-		return pb.NewKVClient(c).Compact(ctx, r)
-	})
+	resp, err := propose[*pb.CompactionResponse](k.s, ctx, fsm.OpCompact, r)
 	if err != nil {
 		return nil, err
 	}

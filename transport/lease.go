@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -49,9 +50,7 @@ func (l *leaseService) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) 
 			// collision is caught at apply and retried with another ID.
 			req.ID = randomLeaseID()
 		}
-		resp, err := propose(l.s, ctx, fsm.OpLeaseGrant, req, func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseGrantResponse, error) {
-			return pb.NewLeaseClient(c).LeaseGrant(ctx, req)
-		})
+		resp, err := propose[*pb.LeaseGrantResponse](l.s, ctx, fsm.OpLeaseGrant, req)
 		if r.ID == 0 && errors.Is(err, rpctypes.ErrGRPCLeaseExist) && attempt < 3 {
 			continue
 		}
@@ -75,9 +74,7 @@ func randomLeaseID() int64 {
 }
 
 func (l *leaseService) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	resp, err := propose(l.s, ctx, fsm.OpLeaseRevoke, r, func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseRevokeResponse, error) {
-		return pb.NewLeaseClient(c).LeaseRevoke(ctx, r)
-	})
+	resp, err := propose[*pb.LeaseRevokeResponse](l.s, ctx, fsm.OpLeaseRevoke, r)
 	if err != nil {
 		return nil, err
 	}
@@ -104,9 +101,9 @@ func (l *leaseService) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiv
 			resp.Keys = l.s.node.Store().LeaseKeys(r.ID)
 		}
 		return resp, nil
-	}, func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseTimeToLiveResponse, error) {
+	}, unary(l.s, func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseTimeToLiveResponse, error) {
 		return pb.NewLeaseClient(c).LeaseTimeToLive(ctx, r)
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}
@@ -200,8 +197,8 @@ func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
 			return 0, node.ErrNotLeader
 		}
 		return ttl, err
-	}, func(ctx context.Context, c *grpc.ClientConn) (int64, error) {
-		return s.keepAlive.renew(ctx, c, id)
+	}, func(ctx context.Context, changed <-chan struct{}, c *grpc.ClientConn) (int64, error) {
+		return s.keepAlive.renew(ctx, changed, s.grace, c, id)
 	})
 }
 
@@ -215,7 +212,7 @@ type kaForwarder struct {
 	waiters map[int64][]chan *pb.LeaseKeepAliveResponse
 }
 
-func (f *kaForwarder) renew(ctx context.Context, conn *grpc.ClientConn, id int64) (int64, error) {
+func (f *kaForwarder) renew(ctx context.Context, changed <-chan struct{}, grace time.Duration, conn *grpc.ClientConn, id int64) (int64, error) {
 	ch := make(chan *pb.LeaseKeepAliveResponse, 1)
 	f.mu.Lock()
 	if f.stream == nil || f.conn != conn {
@@ -238,25 +235,40 @@ func (f *kaForwarder) renew(ctx context.Context, conn *grpc.ClientConn, id int64
 		return 0, rpctypes.ErrGRPCNotLeader
 	}
 	f.mu.Unlock()
-	select {
-	case resp, ok := <-ch:
-		if !ok {
-			// The stream broke; a keep-alive is idempotent, so the caller
-			// may send it again to whoever leads now.
-			return 0, rpctypes.ErrGRPCNotLeader
-		}
-		return resp.TTL, nil
-	case <-ctx.Done():
-		f.mu.Lock()
-		ws := f.waiters[id]
-		for i, w := range ws {
-			if w == ch {
-				f.waiters[id] = append(ws[:i:i], ws[i+1:]...)
-				break
+	var graceUp <-chan time.Time
+	for {
+		select {
+		case resp, ok := <-ch:
+			if !ok {
+				// The stream broke; a keep-alive is idempotent, so the caller
+				// may send it again to whoever leads now.
+				return 0, rpctypes.ErrGRPCNotLeader
 			}
+			return resp.TTL, nil
+		case <-ctx.Done():
+			f.drop(id, ch)
+			return 0, ctx.Err()
+		case <-changed:
+			changed = nil
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			graceUp = t.C
+		case <-graceUp:
+			f.drop(id, ch)
+			return 0, errLeaderChanged
 		}
-		f.mu.Unlock()
-		return 0, ctx.Err()
+	}
+}
+
+func (f *kaForwarder) drop(id int64, ch chan *pb.LeaseKeepAliveResponse) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ws := f.waiters[id]
+	for i, w := range ws {
+		if w == ch {
+			f.waiters[id] = append(ws[:i:i], ws[i+1:]...)
+			break
+		}
 	}
 }
 

@@ -133,9 +133,9 @@ func (m *maintenanceService) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_
 func (m *maintenanceService) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
 	_, err := onLeader(m.s, ctx, false, func(ctx context.Context) (*pb.MoveLeaderResponse, error) {
 		return nil, m.s.node.TransferLeadership(r.TargetID)
-	}, func(ctx context.Context, c *grpc.ClientConn) (*pb.MoveLeaderResponse, error) {
+	}, unary(m.s, func(ctx context.Context, c *grpc.ClientConn) (*pb.MoveLeaderResponse, error) {
 		return pb.NewMaintenanceClient(c).MoveLeader(ctx, r)
-	})
+	}))
 	if err != nil {
 		return nil, err
 	}

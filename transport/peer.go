@@ -20,11 +20,18 @@ var peerServiceDesc = grpc.ServiceDesc{
 	ServiceName: "corenode.Peer",
 	HandlerType: (*peerServer)(nil),
 	Methods: []grpc.MethodDesc{
-		peerMethod("Publish", peerServer.Publish),
 		peerMethod("Removed", peerServer.Removed),
 		peerMethod("ReadIndex", peerServer.ReadIndex),
 		peerMethod("Term", peerServer.Term),
 	},
+	Streams: []grpc.StreamDesc{{
+		StreamName:    proposeStreamDesc.StreamName,
+		ServerStreams: true,
+		ClientStreams: true,
+		Handler: func(srv any, stream grpc.ServerStream) error {
+			return srv.(peerServer).Propose(stream)
+		},
+	}},
 	Metadata: "corenode/peer",
 }
 
@@ -44,7 +51,6 @@ func peerMethod[Req any, Resp any](name string, call func(peerServer, context.Co
 }
 
 type peerServer interface {
-	Publish(context.Context, *pb.Member) (*pb.MemberUpdateResponse, error)
 	// Removed tells a member the leader has removed it from the cluster.
 	Removed(context.Context, *pb.Member) (*pb.MemberUpdateResponse, error)
 	// ReadIndex confirms the leader's leadership, then names the index a
@@ -54,13 +60,13 @@ type peerServer interface {
 	// Term answers with this member's current raft term (RaftTerm), which
 	// a leader needs from a quorum to confirm it still leads.
 	Term(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error)
+	// Propose carries a follower's forwarded writes (see proposalForwarder).
+	Propose(grpc.ServerStream) error
 }
 
 type peerService struct{ s *Server }
 
-func (p *peerService) Publish(ctx context.Context, m *pb.Member) (*pb.MemberUpdateResponse, error) {
-	return p.s.publish(ctx, m)
-}
+func (p *peerService) Propose(stream grpc.ServerStream) error { return p.s.serveProposals(stream) }
 
 func (p *peerService) Removed(ctx context.Context, m *pb.Member) (*pb.MemberUpdateResponse, error) {
 	if m.ID != p.s.node.ID() {
@@ -111,12 +117,7 @@ func (s *Server) tellRemoved(id uint64, addr string) {
 }
 
 func (s *Server) publish(ctx context.Context, m *pb.Member) (*pb.MemberUpdateResponse, error) {
-	_, err := propose(s, ctx, fsm.OpPublish, m, func(ctx context.Context, c *grpc.ClientConn) (*pb.Member, error) {
-		if err := c.Invoke(ctx, "/corenode.Peer/Publish", m, new(pb.MemberUpdateResponse)); err != nil {
-			return nil, err
-		}
-		return m, nil
-	})
+	_, err := propose[*pb.Member](s, ctx, fsm.OpPublish, m)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +58,7 @@ type Server struct {
 	minTTL       int64
 	leaseMetrics *checkpoint.Metrics
 	keepAlive    kaForwarder
+	proposals    proposalForwarder
 }
 
 // NewServer returns the services for n.
@@ -101,6 +103,7 @@ func (s *Server) Close() {
 	s.cmu.Lock()
 	defer s.cmu.Unlock()
 	s.keepAlive.close()
+	s.proposals.close()
 	for addr, c := range s.conns {
 		c.Close()
 		delete(s.conns, addr)
@@ -173,6 +176,18 @@ func (s *Server) peerConn(addr string) (*grpc.ClientConn, error) {
 // --max-request-bytes so clients get etcd's error rather than gRPC's.
 const maxMsgSize = 64 << 20
 
+// remoteCall runs a request on the leader, whose peer port conn reaches.
+// changed is closed when this member sees the leader change: the call then
+// gives the old leader grace to answer and returns errLeaderChanged.
+type remoteCall[T any] func(ctx context.Context, changed <-chan struct{}, conn *grpc.ClientConn) (T, error)
+
+// unary is the remoteCall of a unary gRPC call, marked as forwarded.
+func unary[T any](s *Server, call func(context.Context, *grpc.ClientConn) (T, error)) remoteCall[T] {
+	return func(ctx context.Context, changed <-chan struct{}, conn *grpc.ClientConn) (T, error) {
+		return forward(ctx, changed, s.grace, conn, call)
+	}
+}
+
 // onLeader runs local on this member if it leads, else forwards with remote
 // to the leader, retrying while leadership moves and the deadline allows.
 // A forwarded call is abandoned when the leader changes (see
@@ -180,7 +195,7 @@ const maxMsgSize = 64 << 20
 // others fail with etcd's "leader changed", as their outcome is unknown.
 func onLeader[T any](s *Server, ctx context.Context, idempotent bool,
 	local func(context.Context) (T, error),
-	remote func(context.Context, *grpc.ClientConn) (T, error),
+	remote remoteCall[T],
 ) (T, error) {
 	ctx, cancel := s.withTimeout(ctx)
 	defer cancel()
@@ -211,7 +226,7 @@ func onLeader[T any](s *Server, ctx context.Context, idempotent bool,
 			}
 			continue
 		}
-		resp, err := forward(ctx, changed, s.grace, conn, remote)
+		resp, err := remote(ctx, changed, conn)
 		if err == nil {
 			return resp, nil
 		}
@@ -312,14 +327,15 @@ func mapErr(ctx context.Context, err error) error {
 	return status.Error(codes.Unknown, err.Error())
 }
 
-// propose is the write path shared by every mutating RPC.
-func propose[T any](s *Server, ctx context.Context, op fsm.Op, msg fsm.Message,
-	remote func(context.Context, *grpc.ClientConn) (T, error),
-) (T, error) {
+// propose is the write path shared by every mutating RPC: the leader
+// proposes msg itself; a follower encodes it once and forwards it over its
+// proposal stream (see proposalForwarder). T is the FSM's response to op.
+func propose[T fsm.Message](s *Server, ctx context.Context, op fsm.Op, msg fsm.Message) (T, error) {
 	var zero T
 	if msg.Size() > s.limits.MaxRequestBytes {
 		return zero, rpctypes.ErrGRPCRequestTooLarge
 	}
+	var cmd []byte
 	return onLeader(s, ctx, false, func(ctx context.Context) (T, error) {
 		resp, err := s.node.Propose(ctx, op, msg)
 		if err != nil {
@@ -330,7 +346,23 @@ func propose[T any](s *Server, ctx context.Context, op fsm.Op, msg fsm.Message,
 			return zero, fmt.Errorf("transport: %s applied with %T", op, resp)
 		}
 		return t, nil
-	}, remote)
+	}, func(ctx context.Context, changed <-chan struct{}, conn *grpc.ClientConn) (T, error) {
+		if cmd == nil {
+			var err error
+			if cmd, err = fsm.Encode(op, msg); err != nil {
+				return zero, err
+			}
+		}
+		body, err := s.proposals.propose(ctx, changed, s.grace, conn, cmd)
+		if err != nil {
+			return zero, err
+		}
+		t := reflect.New(reflect.TypeFor[T]().Elem()).Interface().(T)
+		if err := t.Unmarshal(body); err != nil {
+			return zero, fmt.Errorf("transport: %s: leader's answer: %w", op, err)
+		}
+		return t, nil
+	})
 }
 
 // linearizable runs read on this member's state once that state includes
@@ -349,7 +381,7 @@ func linearizable[T any](s *Server, ctx context.Context, read func() (T, error))
 			return zero, err
 		}
 		return read()
-	}, func(ctx context.Context, _ *grpc.ClientConn) (T, error) {
+	}, func(ctx context.Context, _ <-chan struct{}, _ *grpc.ClientConn) (T, error) {
 		index, err := s.readIndex(ctx)
 		if err != nil {
 			return zero, err

@@ -1,0 +1,152 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// commitNotifyDelay is how long the leader leaves a new commit index to
+// raft's own next append, when raft has entries to send that follower,
+// before it tells the follower itself. Under write load raft's appends
+// follow each other more closely than this and carry the commit index, so
+// nothing extra is sent. A follower that already holds every entry hears
+// at once: raft would tell it only after its CommitTimeout (up to twice
+// --commit-notify-interval), which at low write rates is the delay its
+// watchers and serializable readers would see.
+const commitNotifyDelay = 500 * time.Microsecond
+
+// notifyCommits runs while this member leads term and keeps one
+// commitTeller per follower of the current configuration.
+func (n *Node) notifyCommits(ctx context.Context, term uint64) {
+	tellers := map[raft.ServerID]context.CancelFunc{}
+	defer func() {
+		for _, stop := range tellers {
+			stop()
+		}
+	}()
+	// Membership changes are rare; a follower added meanwhile hears of
+	// commits through raft's own appends until the next look.
+	look := time.NewTicker(time.Second)
+	defer look.Stop()
+	self := ServerID(n.cfg.ID)
+	for {
+		if f := n.raft.GetConfiguration(); f.Error() == nil {
+			current := map[raft.ServerID]bool{}
+			for _, s := range f.Configuration().Servers {
+				if s.ID == self {
+					continue
+				}
+				current[s.ID] = true
+				if _, ok := tellers[s.ID]; !ok {
+					tctx, stop := context.WithCancel(ctx)
+					tellers[s.ID] = stop
+					go n.tellCommits(tctx, term, s.ID, s.Address)
+				}
+			}
+			for id, stop := range tellers {
+				if !current[id] {
+					stop()
+					delete(tellers, id)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-look.C:
+		}
+	}
+}
+
+// tellCommits sends follower id an empty append carrying the commit index
+// whenever it holds committed entries it has not been told of and no append
+// to it is in flight (that one's answer is awaited instead), once raft had
+// commitNotifyDelay to send it entries of its own.
+func (n *Node) tellCommits(ctx context.Context, term uint64, id raft.ServerID, addr raft.ServerAddress) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	sleep := func(d time.Duration, early <-chan struct{}) bool {
+		timer.Reset(d)
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-timer.C:
+		case <-early:
+		}
+		return true
+	}
+	waited := false
+	for {
+		_, applied := n.fsm.AppliedChanged()
+		match, told, inflight, changed := n.repl.progress(id, term)
+		target := min(n.raft.CommitIndex(), match)
+		switch {
+		case target <= told:
+			waited = false
+			select {
+			case <-ctx.Done():
+				return
+			case <-applied:
+			case <-changed:
+			}
+		case inflight:
+			// Its answer wakes us; raft's next append may follow it.
+			waited = false
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+		case !waited && n.raft.LastIndex() > match:
+			// Raft has entries to send it and will, with the commit index.
+			waited = true
+			if !sleep(commitNotifyDelay, changed) {
+				return
+			}
+		default:
+			waited = false
+			if err := n.sendCommit(term, id, addr, target); err != nil {
+				// A follower that is down or behind is raft's to repair;
+				// try again after raft's own interval.
+				n.log.Debug("telling a follower the commit index failed", "follower", id, "index", target, "err", err)
+				if !sleep(n.cfg.CommitNotify, changed) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// sendCommit tells follower id that index, which it holds, is committed.
+// The append names index as its previous entry, so the follower checks
+// that its log matches ours up to there before it commits anything; it
+// carries no entries, and a follower of a later term refuses it.
+func (n *Node) sendCommit(term uint64, id raft.ServerID, addr raft.ServerAddress, index uint64) error {
+	var l raft.Log
+	if err := n.logs.GetLog(index, &l); err != nil {
+		return fmt.Errorf("node: read log entry %d: %w", index, err)
+	}
+	self := ServerID(n.cfg.ID)
+	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(self), Addr: n.repl.EncodePeer(self, n.repl.LocalAddr())}
+	req := &raft.AppendEntriesRequest{
+		RPCHeader:         hdr,
+		Term:              term,
+		Leader:            hdr.Addr,
+		PrevLogEntry:      index,
+		PrevLogTerm:       l.Term,
+		LeaderCommitIndex: index,
+	}
+	var resp raft.AppendEntriesResponse
+	if err := n.repl.AppendEntries(id, addr, req, &resp); err != nil {
+		return err
+	}
+	if !resp.Success {
+		return fmt.Errorf("node: follower refused commit %d (its term %d, ours %d)", index, resp.Term, term)
+	}
+	return nil
+}

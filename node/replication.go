@@ -1,0 +1,147 @@
+package node
+
+import (
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/raft"
+)
+
+// replication wraps the raft transport of every member. It does two things:
+//
+//   - It keeps hashicorp/raft to one AppendEntries in flight per follower by
+//     refusing pipelined replication. hashicorp's pipeline can wedge a raft
+//     shutdown (a replication goroutine blocked on a full in-flight queue
+//     whose reader waits on a decoder that has exited); without it that
+//     hang cannot happen. On loopback and LAN links the pipeline bought
+//     little: a follower stores appends one at a time anyway, and each
+//     append carries every entry waiting (up to MaxAppendEntries).
+//   - On the leader it watches every append and its answer, so the commit
+//     notifier (commitNotifier) knows, per follower, the last index that
+//     follower acknowledged holding in this term, the highest commit index
+//     it has been told, and whether an append to it is in flight.
+//
+// Concurrency: raft calls the Transport methods from its replication,
+// heartbeat and main goroutines at once; the notifier reads peer state from
+// its own goroutines. mu guards peers.
+type replication struct {
+	raft.Transport
+
+	mu    sync.Mutex
+	peers map[raft.ServerID]*peerProgress
+}
+
+// peerProgress is what the leader knows of one follower's log, from appends
+// sent in term.
+type peerProgress struct {
+	term uint64
+	// match is the highest index the follower acknowledged holding, with
+	// this leader's entries up to it (a successful append proves the logs
+	// match up to its last entry).
+	match uint64
+	// told is the highest commit index the follower was told with a match
+	// at least as high, so it has committed up to told.
+	told uint64
+	// inflight counts appends to it that carry entries or a commit index
+	// (heartbeats carry neither and are not counted).
+	inflight int
+	// changed is closed and replaced whenever an append to it completes.
+	changed chan struct{}
+}
+
+func newReplication(t raft.Transport) *replication {
+	return &replication{Transport: t, peers: map[raft.ServerID]*peerProgress{}}
+}
+
+// AppendEntriesPipeline refuses pipelining: raft falls back to one
+// synchronous AppendEntries at a time per follower.
+func (r *replication) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+// AppendEntries sends an append and records what its answer proves.
+func (r *replication) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if args.PrevLogEntry == 0 && len(args.Entries) == 0 && args.LeaderCommitIndex == 0 {
+		return r.Transport.AppendEntries(id, target, args, resp) // a heartbeat
+	}
+	r.mu.Lock()
+	p := r.peerLocked(id, args.Term)
+	p.inflight++
+	r.mu.Unlock()
+
+	err := r.Transport.AppendEntries(id, target, args, resp)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p = r.peerLocked(id, args.Term)
+	if p.term == args.Term {
+		p.inflight--
+	}
+	if err == nil && resp.Success && resp.Term == args.Term && p.term == args.Term {
+		last := args.PrevLogEntry
+		if n := len(args.Entries); n > 0 {
+			last = args.Entries[n-1].Index
+		}
+		p.match = max(p.match, last)
+		// The follower set its commit index to min(LeaderCommitIndex, its
+		// last index), and its last index is at least last.
+		p.told = max(p.told, min(args.LeaderCommitIndex, last))
+	}
+	close(p.changed)
+	p.changed = make(chan struct{})
+	return err
+}
+
+// peerLocked returns id's progress, reset when term is newer than what it
+// holds: what a follower acknowledged to an earlier leader proves nothing
+// about this one's log.
+func (r *replication) peerLocked(id raft.ServerID, term uint64) *peerProgress {
+	p := r.peers[id]
+	if p == nil {
+		p = &peerProgress{term: term, changed: make(chan struct{})}
+		r.peers[id] = p
+	}
+	if term > p.term {
+		ch := p.changed
+		*p = peerProgress{term: term, changed: ch}
+	}
+	return p
+}
+
+// progress returns a copy of id's progress in term (zero values when the
+// records are of another term) and the channel closed when it next changes.
+func (r *replication) progress(id raft.ServerID, term uint64) (match, told uint64, inflight bool, changed <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := r.peerLocked(id, term)
+	if p.term != term {
+		return 0, 0, false, p.changed
+	}
+	return p.match, p.told, p.inflight > 0, p.changed
+}
+
+// RequestPreVote passes pre-vote through; raft enables pre-vote only when
+// its transport has this method.
+func (r *replication) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	pv, ok := r.Transport.(raft.WithPreVote)
+	if !ok {
+		return errors.New("node: transport does not support pre-vote")
+	}
+	return pv.RequestPreVote(id, target, args, resp)
+}
+
+// Close closes the wrapped transport when it can be closed (raft closes
+// its transport on shutdown).
+func (r *replication) Close() error {
+	if c, ok := r.Transport.(raft.WithClose); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+var (
+	_ raft.WithPreVote = (*replication)(nil)
+	_ raft.WithClose   = (*replication)(nil)
+	_ io.Closer        = (*replication)(nil)
+)

@@ -1,0 +1,247 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/corenode/corenode/fsm"
+)
+
+// fakeLeader serves /corenode.Peer/Propose with answer deciding each
+// command's outcome; it speaks the wire format serveProposals speaks.
+func fakeLeader(t *testing.T, ln net.Listener, answer func(stream grpc.ServerStream, id uint64, cmd []byte) []byte) {
+	t.Helper()
+	srv := grpc.NewServer()
+	srv.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "corenode.Peer",
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{
+			StreamName: "Propose", ServerStreams: true, ClientStreams: true,
+			Handler: func(_ any, stream grpc.ServerStream) error {
+				var in frame
+				for {
+					if err := stream.RecvMsg(&in); err != nil {
+						return nil
+					}
+					var out frame
+					for b := []byte(in); len(b) > 0; {
+						id, cmd, rest, err := readRecord(b, nil)
+						if err != nil {
+							return err
+						}
+						b = rest
+						out = append(out, answer(stream, id, cmd)...)
+					}
+					if len(out) > 0 {
+						if err := stream.SendMsg(&out); err != nil {
+							return err
+						}
+					}
+				}
+			},
+		}},
+	}, struct{}{})
+	go srv.Serve(ln)
+	t.Cleanup(srv.Stop)
+}
+
+func dialPeer(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// TestProposalStreamRoutesAnswers sends many commands at once over one
+// stream and checks every caller gets its own answer: responses decoded,
+// errors kept as the etcd errors clients match on.
+func TestProposalStreamRoutesAnswers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fakeLeader(t, ln, func(_ grpc.ServerStream, id uint64, cmd []byte) []byte {
+		c, err := fsm.Decode(cmd)
+		if err != nil {
+			return encodeAnswer(id, nil, err)
+		}
+		put := c.Msg.(*pb.PutRequest)
+		if string(put.Value) == "refuse" {
+			return encodeAnswer(id, nil, rpctypes.ErrGRPCLeaseNotFound)
+		}
+		// The revision tells the caller which command this answers.
+		var rev int64
+		fmt.Sscanf(string(put.Key), "k%d", &rev)
+		return encodeAnswer(id, &pb.PutResponse{Header: &pb.ResponseHeader{Revision: rev}}, nil)
+	})
+	conn := dialPeer(t, ln.Addr().String())
+	var f proposalForwarder
+	defer f.close()
+
+	const n = 200
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			value := "v"
+			if i%10 == 0 {
+				value = "refuse"
+			}
+			cmd, err := fsm.Encode(fsm.OpPut, &pb.PutRequest{Key: fmt.Appendf(nil, "k%d", i), Value: []byte(value)})
+			if err != nil {
+				errs <- err
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			body, err := f.propose(ctx, nil, time.Second, conn, cmd)
+			if value == "refuse" {
+				if !errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) {
+					errs <- fmt.Errorf("command %d: got %v, want %v", i, err, rpctypes.ErrGRPCLeaseNotFound)
+				}
+				return
+			}
+			if err != nil {
+				errs <- fmt.Errorf("command %d: %w", i, err)
+				return
+			}
+			var resp pb.PutResponse
+			if err := resp.Unmarshal(body); err != nil {
+				errs <- err
+				return
+			}
+			if resp.Header.Revision != int64(i) {
+				errs <- fmt.Errorf("command %d got the answer to %d", i, resp.Header.Revision)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
+
+// TestProposalStreamCutAfterSend: a command the leader received before the
+// connection broke may have been applied, so it must not come back as "not
+// sent" (which callers retry); a command that found no leader to send to
+// must, and the next call opens a new stream.
+func TestProposalStreamCutAfterSend(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &connTracker{Listener: inner}
+	var got atomic.Int32
+	fakeLeader(t, ln, func(grpc.ServerStream, uint64, []byte) []byte {
+		got.Add(1)
+		ln.cut()
+		return nil
+	})
+	conn := dialPeer(t, ln.Addr().String())
+	var f proposalForwarder
+	defer f.close()
+	cmd, err := fsm.Encode(fsm.OpPut, &pb.PutRequest{Key: []byte("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = f.propose(ctx, nil, time.Second, conn, cmd)
+	if got.Load() != 1 {
+		t.Fatalf("the leader saw %d commands, want 1", got.Load())
+	}
+	if !errors.Is(err, errLeaderChanged) {
+		t.Fatalf("a command cut off after the leader got it returned %v, want %v", err, errLeaderChanged)
+	}
+	if retryable(err, false) {
+		t.Fatalf("a command cut off after the leader got it counts as never sent: %v", err)
+	}
+
+	closed, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := dialPeer(t, closed.Addr().String())
+	closed.Close()
+	_, err = f.propose(ctx, nil, time.Second, gone, cmd)
+	if !errors.Is(err, errNotSent) || !retryable(err, false) {
+		t.Fatalf("a command that never left returned %v, want the retryable %v", err, errNotSent)
+	}
+}
+
+// TestProposalGivesUpAfterLeaderChange: a leader that stops answering is
+// waited for only grace after this member saw the leader change.
+func TestProposalGivesUpAfterLeaderChange(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	received := make(chan struct{}, 1)
+	fakeLeader(t, ln, func(grpc.ServerStream, uint64, []byte) []byte {
+		received <- struct{}{}
+		return nil // never answers
+	})
+	conn := dialPeer(t, ln.Addr().String())
+	var f proposalForwarder
+	defer f.close()
+	cmd, err := fsm.Encode(fsm.OpPut, &pb.PutRequest{Key: []byte("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := make(chan struct{})
+	go func() {
+		<-received
+		close(changed)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := f.propose(ctx, changed, 50*time.Millisecond, conn, cmd); !errors.Is(err, errLeaderChanged) {
+		t.Fatalf("got %v, want %v", err, errLeaderChanged)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the call waited for its context rather than for grace")
+	}
+}
+
+func FuzzReadRecord(f *testing.F) {
+	f.Add([]byte(appendRequest(nil, outgoing{id: 7, cmd: []byte("cmd")})), false)
+	f.Add(encodeAnswer(3, nil, rpctypes.ErrGRPCNotLeader), true)
+	f.Add([]byte{0xff, 0xff, 0xff}, false)
+	f.Fuzz(func(t *testing.T, b []byte, withKind bool) {
+		for len(b) > 0 {
+			var kind byte
+			kp := &kind
+			if !withKind {
+				kp = nil
+			}
+			_, body, rest, err := readRecord(b, kp)
+			if err != nil {
+				return
+			}
+			if len(rest) >= len(b) {
+				t.Fatalf("no progress: %d bytes left of %d", len(rest), len(b))
+			}
+			if withKind && kind == answerErr {
+				_ = decodeAnswerErr(body)
+			}
+			b = rest
+		}
+	})
+}
