@@ -276,7 +276,6 @@ func Start(cfg Config) (*Member, error) {
 	m.server = transport.NewServer(m.node, m.peerMux, transport.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps},
 		cfg.ElectionTimeout, logger)
 	m.server.SetClusterToken(cfg.InitialClusterToken)
-	m.node.SetTermProber(m.server)
 	sched := checkpoint.New(tracker, proposer{m.node}, checkpoint.Config{Tick: cfg.LeaseTick, MaxBatch: cfg.LeaseBatch},
 		checkpoint.NewMetrics(cfg.Metrics), logger)
 	m.node.AddLeaderService(sched)

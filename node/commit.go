@@ -131,8 +131,7 @@ func (n *Node) sendCommit(term uint64, id raft.ServerID, addr raft.ServerAddress
 	if err := n.logs.GetLog(index, &l); err != nil {
 		return fmt.Errorf("node: read log entry %d: %w", index, err)
 	}
-	self := ServerID(n.cfg.ID)
-	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(self), Addr: n.repl.EncodePeer(self, n.repl.LocalAddr())}
+	hdr := n.rpcHeader()
 	req := &raft.AppendEntriesRequest{
 		RPCHeader:         hdr,
 		Term:              term,
@@ -149,4 +148,37 @@ func (n *Node) sendCommit(term uint64, id raft.ServerID, addr raft.ServerAddress
 		return fmt.Errorf("node: follower refused commit %d (its term %d, ours %d)", index, resp.Term, term)
 	}
 	return nil
+}
+
+// rpcHeader is the header raft puts on this member's RPCs.
+func (n *Node) rpcHeader() raft.RPCHeader {
+	self := ServerID(n.cfg.ID)
+	return raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(self), Addr: n.repl.EncodePeer(self, n.repl.LocalAddr())}
+}
+
+// heartbeatProber is a leader's own TermProber: it sends the member a raft
+// heartbeat (an empty append naming this leader and its term), new for each
+// call, and returns the term in the answer. A member in a later term
+// refuses it and names its term; one in this term, or an earlier one it
+// then leaves, answers with this term. It rides raft's own connections and
+// is answered off the member's raft loop (hashicorp's heartbeat fast path),
+// which costs a fraction of a gRPC call, and it refreshes the member's
+// contact with its leader, which is true.
+type heartbeatProber struct{ n *Node }
+
+func (p heartbeatProber) Term(_ context.Context, addr raft.ServerAddress) (uint64, error) {
+	n := p.n
+	term := n.raft.CurrentTerm()
+	// A member that stepped down keeps its term; it must not announce
+	// itself as that term's leader.
+	if n.raft.State() != raft.Leader {
+		return 0, ErrNotLeader
+	}
+	hdr := n.rpcHeader()
+	req := &raft.AppendEntriesRequest{RPCHeader: hdr, Term: term, Leader: hdr.Addr}
+	var resp raft.AppendEntriesResponse
+	if err := n.repl.Transport.AppendEntries("", addr, req, &resp); err != nil {
+		return 0, fmt.Errorf("node: heartbeat to %s: %w", addr, err)
+	}
+	return resp.Term, nil
 }

@@ -85,8 +85,11 @@ type Config struct {
 // Term is called concurrently, once per voter of each confirmation round.
 // Each call must send a new request, made after the call began, and never
 // answer from a cache or from a reply to an earlier request: the answer
-// counts as that member's word after the round began. It must return once
-// ctx ends.
+// counts as that member's word after the round began. The caller stops
+// waiting when ctx ends; the call should not outlive it by much.
+//
+// A node probes with raft heartbeats (heartbeatProber) unless
+// SetTermProber replaces that.
 type TermProber interface {
 	Term(ctx context.Context, addr raft.ServerAddress) (uint64, error)
 }
@@ -265,6 +268,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}
 	n.raft = r
+	n.prober = heartbeatProber{n}
 	n.notify = notify
 	if in, known := n.inConfiguration(); known && !in {
 		r.Shutdown()
@@ -333,9 +337,8 @@ func (n *Node) voters() int {
 	return c
 }
 
-// SetTermProber gives the node its way to ask other members for their term,
-// which ReadBarrier needs, and returns the one it replaces. Call it before
-// Start.
+// SetTermProber replaces the node's way to ask other members for their
+// term, which ReadBarrier needs, and returns the one it replaces.
 func (n *Node) SetTermProber(p TermProber) (previous TermProber) {
 	n.rmu.Lock()
 	defer n.rmu.Unlock()

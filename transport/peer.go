@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/hashicorp/raft"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
@@ -22,7 +21,6 @@ var peerServiceDesc = grpc.ServiceDesc{
 	Methods: []grpc.MethodDesc{
 		peerMethod("Removed", peerServer.Removed),
 		peerMethod("ReadIndex", peerServer.ReadIndex),
-		peerMethod("Term", peerServer.Term),
 	},
 	Streams: []grpc.StreamDesc{{
 		StreamName:    proposeStreamDesc.StreamName,
@@ -57,9 +55,6 @@ type peerServer interface {
 	// follower must apply before it serves a linearizable read
 	// (RaftAppliedIndex in the response).
 	ReadIndex(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error)
-	// Term answers with this member's current raft term (RaftTerm), which
-	// a leader needs from a quorum to confirm it still leads.
-	Term(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error)
 	// Propose carries a follower's forwarded writes (see proposalForwarder).
 	Propose(grpc.ServerStream) error
 }
@@ -82,23 +77,6 @@ func (p *peerService) ReadIndex(ctx context.Context, _ *pb.StatusRequest) (*pb.S
 		return nil, mapErr(ctx, err)
 	}
 	return &pb.StatusResponse{RaftAppliedIndex: index}, nil
-}
-
-func (p *peerService) Term(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
-	return &pb.StatusResponse{RaftTerm: p.s.node.Term()}, nil
-}
-
-// Term implements node.TermProber over the peer service.
-func (s *Server) Term(ctx context.Context, addr raft.ServerAddress) (uint64, error) {
-	conn, err := s.peerConn(string(addr))
-	if err != nil {
-		return 0, err
-	}
-	resp := new(pb.StatusResponse)
-	if err := conn.Invoke(ctx, "/corenode.Peer/Term", &pb.StatusRequest{}, resp); err != nil {
-		return 0, fmt.Errorf("transport: ask %s its term: %w", addr, err)
-	}
-	return resp.RaftTerm, nil
 }
 
 // tellRemoved lets a removed member know, so it stops rather than campaign
