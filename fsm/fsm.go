@@ -54,11 +54,13 @@ type FSM struct {
 	clusterID uint64
 	members   map[uint64]*pb.Member // published name and client URLs by member ID
 
-	// amu guards applied, the index of the last entry this FSM applied, and
-	// appliedCh, closed and replaced whenever applied advances.
-	amu       sync.Mutex
-	applied   uint64
-	appliedCh chan struct{}
+	// amu guards applied, the index of the last entry this FSM applied,
+	// appliedCh, closed and replaced whenever applied advances, and
+	// committingCh, closed and replaced whenever a batch starts to apply.
+	amu          sync.Mutex
+	applied      uint64
+	appliedCh    chan struct{}
+	committingCh chan struct{}
 }
 
 // Applied is the raft index of the last entry applied to this FSM.
@@ -88,12 +90,14 @@ func (f *FSM) WaitApplied(ctx context.Context, index uint64) error {
 	}
 }
 
-// AppliedChanged returns the applied index and a channel closed once it
-// advances past it, for callers that wait on it together with other events.
-func (f *FSM) AppliedChanged() (uint64, <-chan struct{}) {
+// Committing returns a channel closed when the FSM next starts to apply
+// committed entries: raft's commit index has moved by then. It fires
+// before the entries' watchers are notified, so a leader can tell
+// followers of the commit while it fans events out itself.
+func (f *FSM) Committing() <-chan struct{} {
 	f.amu.Lock()
 	defer f.amu.Unlock()
-	return f.applied, f.appliedCh
+	return f.committingCh
 }
 
 func (f *FSM) setApplied(index uint64) {
@@ -129,11 +133,12 @@ func New(logger *slog.Logger, observer LeaseObserver) *FSM {
 		observer = nopObserver{}
 	}
 	f := &FSM{
-		log:       logger,
-		leases:    lease.NewTable(),
-		observer:  observer,
-		members:   map[uint64]*pb.Member{},
-		appliedCh: make(chan struct{}),
+		log:          logger,
+		leases:       lease.NewTable(),
+		observer:     observer,
+		members:      map[uint64]*pb.Member{},
+		appliedCh:    make(chan struct{}),
+		committingCh: make(chan struct{}),
 	}
 	// Called with the store's write lock held, from this FSM's apply, where
 	// lmu is already held by applyCommand: reading the table is safe.
@@ -199,6 +204,10 @@ func (f *FSM) Apply(l *raft.Log) any {
 
 // ApplyBatch implements raft.BatchingFSM.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
+	f.amu.Lock()
+	close(f.committingCh)
+	f.committingCh = make(chan struct{})
+	f.amu.Unlock()
 	out := make([]any, len(logs))
 	for i, l := range logs {
 		switch l.Type {

@@ -82,7 +82,7 @@ func (n *Node) tellCommits(ctx context.Context, term uint64, id raft.ServerID, a
 	}
 	waited := false
 	for {
-		_, applied := n.fsm.AppliedChanged()
+		committing := n.fsm.Committing()
 		match, told, inflight, changed := n.repl.progress(id, term)
 		target := min(n.raft.CommitIndex(), match)
 		switch {
@@ -91,7 +91,7 @@ func (n *Node) tellCommits(ctx context.Context, term uint64, id raft.ServerID, a
 			select {
 			case <-ctx.Done():
 				return
-			case <-applied:
+			case <-committing:
 			case <-changed:
 			}
 		case inflight:
@@ -111,10 +111,12 @@ func (n *Node) tellCommits(ctx context.Context, term uint64, id raft.ServerID, a
 		default:
 			waited = false
 			if err := n.sendCommit(term, id, addr, target); err != nil {
-				// A follower that is down or behind is raft's to repair;
-				// try again after raft's own interval.
+				// A follower that is down or behind is raft's to repair,
+				// and one in a later term will depose this leader; try
+				// again after raft's own interval (not on the next change:
+				// this very send was one).
 				n.log.Debug("telling a follower the commit index failed", "follower", id, "index", target, "err", err)
-				if !sleep(n.cfg.CommitNotify, changed) {
+				if !sleep(n.cfg.CommitNotify, nil) {
 					return
 				}
 			}

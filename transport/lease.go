@@ -235,29 +235,17 @@ func (f *kaForwarder) renew(ctx context.Context, changed <-chan struct{}, grace 
 		return 0, rpctypes.ErrGRPCNotLeader
 	}
 	f.mu.Unlock()
-	var graceUp <-chan time.Time
-	for {
-		select {
-		case resp, ok := <-ch:
-			if !ok {
-				// The stream broke; a keep-alive is idempotent, so the caller
-				// may send it again to whoever leads now.
-				return 0, rpctypes.ErrGRPCNotLeader
-			}
-			return resp.TTL, nil
-		case <-ctx.Done():
-			f.drop(id, ch)
-			return 0, ctx.Err()
-		case <-changed:
-			changed = nil
-			t := time.NewTimer(grace)
-			defer t.Stop()
-			graceUp = t.C
-		case <-graceUp:
-			f.drop(id, ch)
-			return 0, errLeaderChanged
-		}
+	resp, ok, err := await(ctx, changed, grace, ch)
+	switch {
+	case err != nil:
+		f.drop(id, ch)
+		return 0, err
+	case !ok:
+		// The stream broke; a keep-alive is idempotent, so the caller may
+		// send it again to whoever leads now.
+		return 0, rpctypes.ErrGRPCNotLeader
 	}
+	return resp.TTL, nil
 }
 
 func (f *kaForwarder) drop(id int64, ch chan *pb.LeaseKeepAliveResponse) {

@@ -264,23 +264,10 @@ func (f *proposalForwarder) propose(ctx context.Context, changed <-chan struct{}
 		st.drop(id)
 		return nil, ctx.Err()
 	}
-	select {
-	case a = <-w.ch:
-	case <-ctx.Done():
+	a, _, err = await(ctx, changed, grace, w.ch)
+	if err != nil {
 		st.drop(id)
-		return nil, ctx.Err()
-	case <-changed:
-		t := time.NewTimer(grace)
-		defer t.Stop()
-		select {
-		case a = <-w.ch:
-		case <-ctx.Done():
-			st.drop(id)
-			return nil, ctx.Err()
-		case <-t.C:
-			st.drop(id)
-			return nil, errLeaderChanged
-		}
+		return nil, err
 	}
 	return a.body, a.err
 }

@@ -250,6 +250,28 @@ func onLeader[T any](s *Server, ctx context.Context, idempotent bool,
 
 var errLeaderChanged = errors.New("transport: leader changed during a forwarded call")
 
+// await waits for an answer on ch, or until ctx ends, or until grace after
+// changed (the leader changed) closes: errLeaderChanged. ok is false when
+// ch was closed instead.
+func await[T any](ctx context.Context, changed <-chan struct{}, grace time.Duration, ch <-chan T) (v T, ok bool, err error) {
+	var expired <-chan time.Time
+	for {
+		select {
+		case v, ok = <-ch:
+			return v, ok, nil
+		case <-ctx.Done():
+			return v, false, ctx.Err()
+		case <-changed:
+			changed = nil
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			expired = t.C
+		case <-expired:
+			return v, false, errLeaderChanged
+		}
+	}
+}
+
 // forward runs remote against the leader's connection, marked as forwarded,
 // until it returns, or until grace after the leader changed: an old leader
 // that handed over answers within milliseconds, one that vanished with its
