@@ -86,7 +86,8 @@ type Config struct {
 // Each call must send a new request, made after the call began, and never
 // answer from a cache or from a reply to an earlier request: the answer
 // counts as that member's word after the round began. The caller stops
-// waiting when ctx ends; the call should not outlive it by much.
+// waiting when ctx ends; a call may go on after that (heartbeatProber's
+// until the raft transport's I/O timeout), and its answer is then dropped.
 //
 // A node probes with raft heartbeats (heartbeatProber) unless
 // SetTermProber replaces that.
