@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -217,6 +218,9 @@ type proposalForwarder struct {
 	conn   *grpc.ClientConn
 	stream *proposalStream
 	closed bool
+	// open mirrors stream != nil, so the leader's write path can tell
+	// without the lock that it has nothing to retire.
+	open atomic.Bool
 }
 
 type proposalStream struct {
@@ -284,10 +288,7 @@ func (f *proposalForwarder) streamTo(conn *grpc.ClientConn, grace time.Duration)
 	if f.conn == conn && f.stream != nil && !f.stream.isBroken() {
 		return f.stream, nil
 	}
-	if old := f.stream; old != nil {
-		time.AfterFunc(grace, old.cancel)
-	}
-	f.conn, f.stream = nil, nil
+	f.retireLocked(grace)
 	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), forwardedKey, "1"))
 	cs, err := conn.NewStream(ctx, &proposeStreamDesc, "/corenode.Peer/Propose", grpc.CallContentSubtype(frameCodecName))
 	if err != nil {
@@ -298,7 +299,27 @@ func (f *proposalForwarder) streamTo(conn *grpc.ClientConn, grace time.Duration)
 	go st.send(ctx)
 	go st.receive()
 	f.conn, f.stream = conn, st
+	f.open.Store(true)
 	return st, nil
+}
+
+// retire drops the stream to a former leader once this member leads
+// itself; calls still waiting on it get grace to be answered.
+func (f *proposalForwarder) retire(grace time.Duration) {
+	if !f.open.Load() {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.retireLocked(grace)
+}
+
+func (f *proposalForwarder) retireLocked(grace time.Duration) {
+	if old := f.stream; old != nil {
+		time.AfterFunc(grace, old.cancel)
+	}
+	f.conn, f.stream = nil, nil
+	f.open.Store(false)
 }
 
 func (f *proposalForwarder) close() {
@@ -309,6 +330,7 @@ func (f *proposalForwarder) close() {
 		f.stream.cancel()
 		f.stream = nil
 	}
+	f.open.Store(false)
 }
 
 func (st *proposalStream) isBroken() bool {

@@ -245,3 +245,51 @@ func FuzzReadRecord(f *testing.F) {
 		}
 	})
 }
+
+// TestProposalStreamRetired: a member that comes to lead drops its stream
+// to the former leader (after grace), and forwards on a new one if it
+// follows again.
+func TestProposalStreamRetired(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan struct{}, 2)
+	fakeLeader(t, ln, func(stream grpc.ServerStream, id uint64, _ []byte) []byte {
+		go func() {
+			<-stream.Context().Done()
+			ended <- struct{}{}
+		}()
+		return encodeAnswer(id, &pb.PutResponse{Header: &pb.ResponseHeader{}}, nil)
+	})
+	conn := dialPeer(t, ln.Addr().String())
+	var f proposalForwarder
+	defer f.close()
+	cmd, err := fsm.Encode(fsm.OpPut, &pb.PutRequest{Key: []byte("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := f.propose(ctx, nil, time.Second, conn, cmd); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	first := f.stream
+	f.mu.Unlock()
+	f.retire(10 * time.Millisecond)
+	select {
+	case <-ended:
+	case <-ctx.Done():
+		t.Fatal("the retired stream stayed open")
+	}
+	if _, err := f.propose(ctx, nil, time.Second, conn, cmd); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	second := f.stream
+	f.mu.Unlock()
+	if second == nil || second == first {
+		t.Fatal("no new stream after the old one was retired")
+	}
+}

@@ -359,6 +359,7 @@ func propose[T fsm.Message](s *Server, ctx context.Context, op fsm.Op, msg fsm.M
 	}
 	var cmd []byte
 	return onLeader(s, ctx, false, func(ctx context.Context) (T, error) {
+		s.proposals.retire(s.grace)
 		resp, err := s.node.Propose(ctx, op, msg)
 		if err != nil {
 			return zero, err
