@@ -110,24 +110,10 @@ func (s *Server) serveProposals(stream grpc.ServerStream) error {
 	answers := make(chan []byte, 1024)
 	sendErr := make(chan error, 1)
 	go func() {
-		var buf frame
 		for {
-			select {
-			case a := <-answers:
-				// gRPC may still hold the last frame after SendMsg
-				// returns, so every frame gets a buffer of its own.
-				buf = append(frame(nil), a...)
-			case <-ctx.Done():
+			buf, ok := nextFrame(ctx, answers, func(buf frame, a []byte) frame { return append(buf, a...) })
+			if !ok {
 				return
-			}
-		gather:
-			for len(buf) < maxFrameBytes {
-				select {
-				case a := <-answers:
-					buf = append(buf, a...)
-				default:
-					break gather
-				}
 			}
 			if err := stream.SendMsg(&buf); err != nil {
 				sendErr <- err
@@ -157,10 +143,10 @@ func (s *Server) serveProposals(stream grpc.ServerStream) error {
 			b = rest
 			cmd = append([]byte(nil), cmd...) // in is reused by the next RecvMsg
 			go func() {
-				pctx, pcancel := context.WithTimeout(ctx, s.requestTimeout)
-				resp, err := s.node.ProposeEncoded(pctx, cmd)
-				pcancel()
-				a := encodeAnswer(id, resp, mapErr(pctx, err))
+				// A proposal's wait is bounded by raft (its enqueue timeout,
+				// and a leader without quorum steps down), not by ctx.
+				resp, err := s.node.ProposeEncoded(ctx, cmd)
+				a := encodeAnswer(id, resp, mapErr(ctx, err))
 				select {
 				case answers <- a:
 				case <-ctx.Done():
@@ -359,29 +345,16 @@ func (st *proposalStream) drop(id uint64) {
 
 // send gathers waiting commands into frames.
 func (st *proposalStream) send(ctx context.Context) {
-	var buf frame
 	var ids []uint64
 	for {
-		// gRPC may still hold the last frame after SendMsg returns, so
-		// every frame gets a buffer of its own.
-		buf, ids = nil, ids[:0]
-		select {
-		case o := <-st.out:
-			buf = appendRequest(buf, o)
+		ids = ids[:0]
+		buf, ok := nextFrame(ctx, st.out, func(buf frame, o outgoing) frame {
 			ids = append(ids, o.id)
-		case <-ctx.Done():
+			return appendRequest(buf, o)
+		})
+		if !ok {
 			st.fail()
 			return
-		}
-	gather:
-		for len(buf) < maxFrameBytes {
-			select {
-			case o := <-st.out:
-				buf = appendRequest(buf, o)
-				ids = append(ids, o.id)
-			default:
-				break gather
-			}
 		}
 		st.mu.Lock()
 		for _, id := range ids {
@@ -396,6 +369,28 @@ func (st *proposalStream) send(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// nextFrame waits for one item on ch and adds it, and whatever else is
+// already waiting (up to maxFrameBytes), to a new frame: gRPC may still
+// hold the last frame after SendMsg returns, so frames are never reused.
+// ok is false once ctx ends.
+func nextFrame[T any](ctx context.Context, ch <-chan T, add func(frame, T) frame) (buf frame, ok bool) {
+	select {
+	case v := <-ch:
+		buf = add(nil, v)
+	case <-ctx.Done():
+		return nil, false
+	}
+	for len(buf) < maxFrameBytes {
+		select {
+		case v := <-ch:
+			buf = add(buf, v)
+		default:
+			return buf, true
+		}
+	}
+	return buf, true
 }
 
 func appendRequest(buf frame, o outgoing) frame {

@@ -56,6 +56,16 @@ func fakeLeader(t *testing.T, ln net.Listener, answer func(stream grpc.ServerStr
 	t.Cleanup(srv.Stop)
 }
 
+// putCommand is an encoded put of key "k".
+func putCommand(t *testing.T) []byte {
+	t.Helper()
+	cmd, err := fsm.Encode(fsm.OpPut, &pb.PutRequest{Key: []byte("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
 func dialPeer(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -157,10 +167,7 @@ func TestProposalStreamCutAfterSend(t *testing.T) {
 	conn := dialPeer(t, ln.Addr().String())
 	var f proposalForwarder
 	defer f.close()
-	cmd, err := fsm.Encode(fsm.OpPut, &pb.PutRequest{Key: []byte("k")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd := putCommand(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_, err = f.propose(ctx, nil, time.Second, conn, cmd)
@@ -201,10 +208,7 @@ func TestProposalGivesUpAfterLeaderChange(t *testing.T) {
 	conn := dialPeer(t, ln.Addr().String())
 	var f proposalForwarder
 	defer f.close()
-	cmd, err := fsm.Encode(fsm.OpPut, &pb.PutRequest{Key: []byte("k")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd := putCommand(t)
 	changed := make(chan struct{})
 	go func() {
 		<-received
@@ -265,10 +269,7 @@ func TestProposalStreamRetired(t *testing.T) {
 	conn := dialPeer(t, ln.Addr().String())
 	var f proposalForwarder
 	defer f.close()
-	cmd, err := fsm.Encode(fsm.OpPut, &pb.PutRequest{Key: []byte("k")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd := putCommand(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if _, err := f.propose(ctx, nil, time.Second, conn, cmd); err != nil {
