@@ -18,9 +18,10 @@ import (
 // watchers and serializable readers would see.
 const commitNotifyDelay = 500 * time.Microsecond
 
-// notifyCommits runs while this member leads term and keeps one
-// commitTeller per follower of the current configuration.
-func (n *Node) notifyCommits(ctx context.Context, term uint64) {
+// serveFollowers runs while this member leads term and keeps, per
+// follower of the current configuration, a commit teller (tellCommits) and
+// an early sender (sendEarly, fed through e by the log store).
+func (n *Node) serveFollowers(ctx context.Context, term uint64, e *earlyReplication) {
 	tellers := map[raft.ServerID]context.CancelFunc{}
 	defer func() {
 		for _, stop := range tellers {
@@ -44,11 +45,13 @@ func (n *Node) notifyCommits(ctx context.Context, term uint64) {
 					tctx, stop := context.WithCancel(ctx)
 					tellers[s.ID] = stop
 					go n.tellCommits(tctx, term, s.ID, s.Address)
+					go n.sendEarly(tctx, term, s.ID, s.Address, e.add(s.ID))
 				}
 			}
 			for id, stop := range tellers {
 				if !current[id] {
 					stop()
+					e.remove(id)
 					delete(tellers, id)
 				}
 			}

@@ -9,8 +9,9 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// startInmem starts n members joined by raft's in-memory transport.
-func startInmem(t *testing.T, n int) []*Node {
+// startInmem starts n members joined by raft's in-memory transport; opts
+// adjust each member's Config.
+func startInmem(t *testing.T, n int, opts ...func(*Config)) []*Node {
 	t.Helper()
 	var servers []raft.Server
 	var trans []*raft.InmemTransport
@@ -26,12 +27,16 @@ func startInmem(t *testing.T, n int) []*Node {
 	}
 	var nodes []*Node
 	for i := range n {
-		nd, err := New(Config{
+		cfg := Config{
 			Name: "m", DataDir: t.TempDir(), ID: uint64(i + 1), Transport: trans[i],
 			Bootstrap: true, InitialMembers: servers,
 			HeartbeatInterval: 20 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond,
 			CommitNotify: time.Hour, RaftLog: discard{},
-		})
+		}
+		for _, o := range opts {
+			o(&cfg)
+		}
+		nd, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

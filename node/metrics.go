@@ -18,6 +18,7 @@ type metrics struct {
 	applyLatency  prometheus.Histogram
 	fsync         prometheus.Histogram
 	leaderChanges prometheus.Counter
+	earlyAppends  prometheus.Counter
 }
 
 // latencyBuckets span a loopback commit (sub-millisecond) to a stalled disk.
@@ -35,6 +36,8 @@ func newMetrics() *metrics {
 			Help: "Time to append a batch of log entries to the raft log, including its fsync.", Buckets: latencyBuckets}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_raft_leader_changes_total",
 			Help: "Leader changes this member has seen."}),
+		earlyAppends: prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_raft_early_appends_total",
+			Help: "Appends this member, as leader, sent a follower while it wrote the same entries to its own disk, and the follower took."}),
 	}
 }
 
@@ -49,7 +52,7 @@ func (m *metrics) register(reg prometheus.Registerer, n *Node) {
 		}
 		return 0
 	}
-	reg.MustRegister(m.proposals, m.proposalsFail, m.applyLatency, m.fsync, m.leaderChanges,
+	reg.MustRegister(m.proposals, m.proposalsFail, m.applyLatency, m.fsync, m.leaderChanges, m.earlyAppends,
 		gauge("corenode_raft_has_leader", "1 if this member knows a leader.", func() float64 {
 			addr, _ := n.raft.LeaderWithID()
 			return boolean(addr != "")

@@ -60,7 +60,7 @@ type Config struct {
 	// with nothing new to send still sends every follower an empty append
 	// (randomized up to twice that). Followers learn of new commits from
 	// the leader's commit notifier within about a millisecond (see
-	// notifyCommits), so this is only the fallback, and what an idle
+	// tellCommits), so this is only the fallback, and what an idle
 	// cluster spends its CPU on. Zero means 50 ms.
 	CommitNotify time.Duration
 	// SnapshotCount is the number of applied entries that triggers a snapshot
@@ -77,6 +77,10 @@ type Config struct {
 	LeaseObserver fsm.LeaseObserver
 	// Metrics, when set, registers the member's raft, proposal and disk series.
 	Metrics prometheus.Registerer
+
+	// wrapLog, in tests, wraps the raft log store under the early
+	// replication hook (to hold a write and see what followers get).
+	wrapLog func(raft.LogStore) raft.LogStore
 }
 
 // TermProber asks another member for its current raft term, the seam
@@ -117,6 +121,10 @@ type Node struct {
 	metrics *metrics
 	obs     *raft.Observer
 	obsCh   chan raft.Observation
+
+	// early is the current leadership term's early replication (nil when
+	// not leading); the log store offers it the leader's new entries.
+	early atomic.Pointer[earlyReplication]
 
 	// readyTerm is the term in which this member, as leader, has applied all
 	// earlier entries; linearizable reads wait for it.
@@ -263,7 +271,11 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 
-	r, err := raft.NewRaft(rc, n.fsm, logs, bolt, snaps, n.repl)
+	var store raft.LogStore = logs
+	if cfg.wrapLog != nil {
+		store = cfg.wrapLog(store)
+	}
+	r, err := raft.NewRaft(rc, n.fsm, earlyLogStore{store, n}, bolt, snaps, n.repl)
 	if err != nil {
 		bolt.Close()
 		return nil, fmt.Errorf("node: start raft: %w", err)
@@ -419,10 +431,13 @@ func (n *Node) lead(ctx context.Context) {
 	services := slices.Clone(n.services)
 	n.smu.Unlock()
 	var wg sync.WaitGroup
+	e := newEarlyReplication(term)
+	n.early.Store(e)
+	defer n.early.CompareAndSwap(e, nil)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		n.notifyCommits(ctx, term)
+		n.serveFollowers(ctx, term, e)
 	}()
 	for _, s := range services {
 		wg.Add(1)
