@@ -30,9 +30,10 @@ import (
 // by a follower in a later term, and the follower's log must hold the
 // entry before it with the same term. It is sent only to a follower that
 // has acknowledged holding that previous entry in this term (so it is not
-// refused for a gap, which hashicorp would log as a warning) and only for
-// entries that follower is not known to hold; anything else is left to
-// hashicorp's replication, which repairs every follower as before. The
+// refused for a gap, which hashicorp would log as a warning) and has no
+// other append on its way (so it is waiting for the leader), and only for
+// entries it is not known to hold; anything else is left to hashicorp's
+// replication, which repairs every follower as before. The
 // commit index it carries is at most its previous entry, which the
 // follower has just been shown to hold as we do.
 
@@ -145,10 +146,15 @@ func (n *Node) sendEarly(ctx context.Context, term uint64, id raft.ServerID, add
 		if len(batch) == 0 || batch[len(batch)-1].Index-batch[0].Index != uint64(len(batch)-1) {
 			continue // nothing, or not one run of entries: raft's replication sends them
 		}
-		match, _, _, _ := n.repl.progress(id, term)
+		match, _, inflight, _ := n.repl.progress(id, term)
 		prev := batch[0].Index - 1
-		if match < prev {
-			continue // a gap: raft's own replication fills it
+		if match < prev || inflight {
+			// A gap, which raft's own replication fills; or an append
+			// (raft's, or a commit notice) already on its way, whose
+			// answer raft awaits before it sends the next one with every
+			// entry waiting: under a steady write load the follower's disk
+			// is busy anyway and an early copy would only be sent twice.
+			continue
 		}
 		// Entries it already holds (raft's own append got there first)
 		// are not sent again.
