@@ -303,6 +303,7 @@ func Start(cfg Config) (*Member, error) {
 		grpc.MaxConcurrentStreams(1 << 20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
+	opts = append(opts, transport.ServerOptions()...)
 	if cfg.Metrics != nil {
 		opts = append(opts, transport.NewGRPCMetrics(cfg.Metrics).ServerOptions()...)
 	}

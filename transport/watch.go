@@ -34,7 +34,7 @@ type watchStream struct {
 	s      *Server
 	store  *kv.Store
 	stream pb.Watch_WatchServer
-	out    chan *pb.WatchResponse
+	out    chan *watchOut
 	kick   chan struct{}
 
 	mu       sync.Mutex
@@ -58,7 +58,7 @@ func (w *watchService) Watch(stream pb.Watch_WatchServer) error {
 		s:        w.s,
 		store:    w.s.node.Store(),
 		stream:   stream,
-		out:      make(chan *pb.WatchResponse, watchBuffer),
+		out:      make(chan *watchOut, watchBuffer),
 		kick:     make(chan struct{}, 1),
 		watchers: map[kv.WatchID]*watchState{},
 		unsynced: map[kv.WatchID]struct{}{},
@@ -96,9 +96,8 @@ func (ws *watchStream) Deliver(id kv.WatchID, rev int64, events []*mvccpb.Event)
 	} else if st != nil {
 		st.sent.Store(true)
 	}
-	resp := &pb.WatchResponse{Header: ws.header(rev), WatchId: int64(id), Events: events}
 	select {
-	case ws.out <- resp:
+	case ws.out <- &watchOut{id: int64(id), rev: rev, events: events}:
 		return true
 	default:
 		ws.mu.Lock()
@@ -119,7 +118,7 @@ func (ws *watchStream) Canceled(id kv.WatchID, compactRev int64) {
 	ws.forget(id)
 	resp := &pb.WatchResponse{Header: ws.header(compactRev), WatchId: int64(id), CompactRevision: compactRev, Canceled: true}
 	select {
-	case ws.out <- resp:
+	case ws.out <- &watchOut{resp: resp}:
 	default:
 		go ws.enqueue(ws.stream.Context(), resp)
 	}
@@ -128,12 +127,24 @@ func (ws *watchStream) Canceled(id kv.WatchID, compactRev int64) {
 var _ kv.CanceledSink = (*watchStream)(nil)
 
 func (ws *watchStream) sendLoop(ctx context.Context) error {
+	var enc watchEncoder
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case resp := <-ws.out:
-			if err := ws.stream.Send(resp); err != nil {
+		case o := <-ws.out:
+			if o.resp != nil {
+				if err := ws.stream.Send(o.resp); err != nil {
+					return err
+				}
+				continue
+			}
+			n := ws.s.node
+			h := header{cluster: n.ClusterID(), member: n.ID(), term: n.Term(), rev: o.rev}
+			if err := enc.encode(o, h); err != nil {
+				return err
+			}
+			if err := ws.stream.SendMsg(o); err != nil {
 				return err
 			}
 		}
@@ -196,7 +207,7 @@ func (ws *watchStream) progressLoop(ctx context.Context) {
 
 func (ws *watchStream) enqueue(ctx context.Context, resp *pb.WatchResponse) {
 	select {
-	case ws.out <- resp:
+	case ws.out <- &watchOut{resp: resp}:
 	case <-ctx.Done():
 	}
 }
