@@ -132,25 +132,39 @@ func (n *Node) tellCommits(ctx context.Context, term uint64, id raft.ServerID, a
 // that its log matches ours up to there before it commits anything; it
 // carries no entries, and a follower of a later term refuses it.
 func (n *Node) sendCommit(term uint64, id raft.ServerID, addr raft.ServerAddress, index uint64) error {
-	var l raft.Log
-	if err := n.logs.GetLog(index, &l); err != nil {
-		return fmt.Errorf("node: read log entry %d: %w", index, err)
+	return n.appendAfter(term, id, addr, index, nil, index)
+}
+
+// appendAfter sends follower id, as this term's leader, the entries after
+// prev (possibly none) with commit as the leader's commit index, and fails
+// unless the follower took them. The follower's log must hold prev with
+// the term ours has there; commit must be at most prev or the last entry,
+// which the follower's log then matches ours up to.
+func (n *Node) appendAfter(term uint64, id raft.ServerID, addr raft.ServerAddress, prev uint64, entries []*raft.Log, commit uint64) error {
+	var prevTerm uint64
+	if prev > 0 {
+		var l raft.Log
+		if err := n.logs.GetLog(prev, &l); err != nil {
+			return fmt.Errorf("node: read log entry %d: %w", prev, err)
+		}
+		prevTerm = l.Term
 	}
 	hdr := n.rpcHeader()
 	req := &raft.AppendEntriesRequest{
 		RPCHeader:         hdr,
 		Term:              term,
 		Leader:            hdr.Addr,
-		PrevLogEntry:      index,
-		PrevLogTerm:       l.Term,
-		LeaderCommitIndex: index,
+		PrevLogEntry:      prev,
+		PrevLogTerm:       prevTerm,
+		Entries:           entries,
+		LeaderCommitIndex: commit,
 	}
 	var resp raft.AppendEntriesResponse
 	if err := n.repl.AppendEntries(id, addr, req, &resp); err != nil {
 		return err
 	}
 	if !resp.Success {
-		return fmt.Errorf("node: follower refused commit %d (its term %d, ours %d)", index, resp.Term, term)
+		return fmt.Errorf("node: follower refused an append after %d (its term %d, ours %d)", prev, resp.Term, term)
 	}
 	return nil
 }

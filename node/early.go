@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"sync"
 
 	"github.com/hashicorp/raft"
@@ -170,32 +169,11 @@ func (n *Node) sendEarly(ctx context.Context, term uint64, id raft.ServerID, add
 	}
 }
 
-// appendEarly sends follower id the entries after prev, which it holds.
+// appendEarly sends follower id the entries after prev, which it holds,
+// with a commit index it can take (at most prev).
 func (n *Node) appendEarly(term uint64, id raft.ServerID, addr raft.ServerAddress, prev uint64, entries []*raft.Log) error {
-	var prevTerm uint64
-	if prev > 0 {
-		var l raft.Log
-		if err := n.logs.GetLog(prev, &l); err != nil {
-			return err
-		}
-		prevTerm = l.Term
-	}
-	hdr := n.rpcHeader()
-	req := &raft.AppendEntriesRequest{
-		RPCHeader:         hdr,
-		Term:              term,
-		Leader:            hdr.Addr,
-		PrevLogEntry:      prev,
-		PrevLogTerm:       prevTerm,
-		Entries:           entries,
-		LeaderCommitIndex: min(n.raft.CommitIndex(), prev),
-	}
-	var resp raft.AppendEntriesResponse
-	if err := n.repl.AppendEntries(id, addr, req, &resp); err != nil {
+	if err := n.appendAfter(term, id, addr, prev, entries, min(n.raft.CommitIndex(), prev)); err != nil {
 		return err
-	}
-	if !resp.Success {
-		return fmt.Errorf("node: follower refused early append after %d (its term %d, ours %d)", prev, resp.Term, term)
 	}
 	n.metrics.earlyAppends.Inc()
 	return nil

@@ -92,6 +92,9 @@ func TestFollowersWriteWhileLeaderWrites(t *testing.T) {
 	if _, err := leader.ProposeEncoded(ctx, warm); err != nil {
 		t.Fatalf("warm-up put: %v", err)
 	}
+	// And be waiting for the leader: one with an append on its way (its
+	// warm-up entry, a commit notice) is left to raft's replication.
+	waitFollowersIdle(t, leader, nodes)
 
 	start := time.Now()
 	if _, err := leader.ProposeEncoded(ctx, cmd); err != nil {
@@ -104,5 +107,32 @@ func TestFollowersWriteWhileLeaderWrites(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(leader.metrics.earlyAppends); n == 0 {
 		t.Fatal("corenode_raft_early_appends_total is 0 on the leader")
+	}
+}
+
+// waitFollowersIdle waits until every follower has acknowledged the
+// leader's whole log, been told its commit index, and has no append on
+// its way.
+func waitFollowersIdle(t *testing.T, leader *Node, nodes []*Node) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		idle := true
+		for _, n := range nodes {
+			if n == leader {
+				continue
+			}
+			match, told, inflight, _ := leader.repl.progress(ServerID(n.ID()), leader.Term())
+			if match < leader.raft.LastIndex() || told < leader.raft.CommitIndex() || inflight {
+				idle = false
+			}
+		}
+		if idle {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("followers did not catch up with the leader")
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
