@@ -115,10 +115,15 @@ func (s *Server) header(h *pb.ResponseHeader) *pb.ResponseHeader {
 	if h == nil {
 		h = &pb.ResponseHeader{Revision: s.node.Store().Rev()}
 	}
-	h.ClusterId = s.node.ClusterID()
-	h.MemberId = s.node.ID()
-	h.RaftTerm = s.node.Term()
+	v := s.headerOf(h.Revision)
+	h.ClusterId, h.MemberId, h.RaftTerm = v.cluster, v.member, v.term
 	return h
+}
+
+// headerOf is the header of a response at revision rev, as a comparable
+// value (the watch encoder keys its cache on it).
+func (s *Server) headerOf(rev int64) header {
+	return header{cluster: s.node.ClusterID(), member: s.node.ID(), term: s.node.Term(), rev: rev}
 }
 
 func isForwarded(ctx context.Context) bool {

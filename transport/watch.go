@@ -139,9 +139,7 @@ func (ws *watchStream) sendLoop(ctx context.Context) error {
 				}
 				continue
 			}
-			n := ws.s.node
-			h := header{cluster: n.ClusterID(), member: n.ID(), term: n.Term(), rev: o.rev}
-			if err := enc.encode(o, h); err != nil {
+			if err := enc.encode(o, ws.s.headerOf(o.rev)); err != nil {
 				return err
 			}
 			if err := ws.stream.SendMsg(o); err != nil {

@@ -75,17 +75,21 @@ type watchEncoder struct {
 	shared []byte
 }
 
-// header is what a response header says.
+// header is what a response header says (see Server.headerOf).
 type header struct {
 	cluster, member, term uint64
 	rev                   int64
+}
+
+func (h header) proto() *pb.ResponseHeader {
+	return &pb.ResponseHeader{ClusterId: h.cluster, MemberId: h.member, RaftTerm: h.term, Revision: h.rev}
 }
 
 // encode fills in o's wire form, with header h.
 func (e *watchEncoder) encode(o *watchOut, h header) error {
 	if e.shared == nil || h != e.hdr || !sameEvents(o.events, e.events) {
 		resp := pb.WatchResponse{
-			Header: &pb.ResponseHeader{ClusterId: h.cluster, MemberId: h.member, RaftTerm: h.term, Revision: h.rev},
+			Header: h.proto(),
 			Events: o.events,
 		}
 		b, err := resp.Marshal()
