@@ -132,15 +132,17 @@ func (n *Node) tellCommits(ctx context.Context, term uint64, id raft.ServerID, a
 // that its log matches ours up to there before it commits anything; it
 // carries no entries, and a follower of a later term refuses it.
 func (n *Node) sendCommit(term uint64, id raft.ServerID, addr raft.ServerAddress, index uint64) error {
-	return n.appendAfter(term, id, addr, index, nil, index)
+	return n.appendAfter(term, id, addr, index, nil, index, false)
 }
 
 // appendAfter sends follower id, as this term's leader, the entries after
 // prev (possibly none) with commit as the leader's commit index, and fails
 // unless the follower took them. The follower's log must hold prev with
 // the term ours has there; commit must be at most prev or the last entry,
-// which the follower's log then matches ours up to.
-func (n *Node) appendAfter(term uint64, id raft.ServerID, addr raft.ServerAddress, prev uint64, entries []*raft.Log, commit uint64) error {
+// which the follower's log then matches ours up to. An early append
+// (early.go) is marked as one, so that raft's own append of the same
+// entries waits for its answer.
+func (n *Node) appendAfter(term uint64, id raft.ServerID, addr raft.ServerAddress, prev uint64, entries []*raft.Log, commit uint64, early bool) error {
 	var prevTerm uint64
 	if prev > 0 {
 		var l raft.Log
@@ -160,7 +162,11 @@ func (n *Node) appendAfter(term uint64, id raft.ServerID, addr raft.ServerAddres
 		LeaderCommitIndex: commit,
 	}
 	var resp raft.AppendEntriesResponse
-	if err := n.repl.AppendEntries(id, addr, req, &resp); err != nil {
+	send := n.repl.AppendEntries
+	if early {
+		send = n.repl.appendEarly
+	}
+	if err := send(id, addr, req, &resp); err != nil {
 		return err
 	}
 	if !resp.Success {

@@ -29,12 +29,13 @@ import (
 // by a follower in a later term, and the follower's log must hold the
 // entry before it with the same term. It is sent only to a follower that
 // has acknowledged holding that previous entry in this term (so it is not
-// refused for a gap, which hashicorp would log as a warning) and has no
-// other append on its way (so it is waiting for the leader), and only for
-// entries it is not known to hold; anything else is left to hashicorp's
-// replication, which repairs every follower as before. The
-// commit index it carries is at most its previous entry, which the
-// follower has just been shown to hold as we do.
+// refused for a gap, which hashicorp would log as a warning), after any
+// other append to it on its way has been answered, and only for entries
+// it is not known to hold; anything else is left to hashicorp's
+// replication, which repairs every follower as before. The commit index
+// it carries is at most its previous entry, which the follower has just
+// been shown to hold as we do. hashicorp's append of entries a follower
+// already acknowledged is answered without being sent (replication).
 
 // maxEarlyEntries bounds what waits for one follower's sender: a follower
 // that is slow or unreachable keeps its sender in one append for up to the
@@ -133,46 +134,85 @@ func (p *earlyPeer) take() []*raft.Log {
 
 // sendEarly runs while this member leads term: it appends the batches
 // queued for follower id, one append at a time, each carrying everything
-// queued meanwhile.
+// queued meanwhile. While another append to the follower is on its way
+// (raft's, or a commit notice) it waits for that one's answer rather than
+// send beside it, and holds its entries meanwhile: raft's own append of
+// them waits for the early one (replication.trimLocked) and is then sent
+// without them or not at all. So under a steady write load the early
+// sender is what carries new entries to a follower, each entry once, and
+// the follower writes a batch while the leader writes it.
 func (n *Node) sendEarly(ctx context.Context, term uint64, id raft.ServerID, addr raft.ServerAddress, p *earlyPeer) {
+	var batch []*raft.Log
+	defer n.repl.claimEarly(id, term, 0, 0)
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-p.wake:
+		if len(batch) == 0 {
+			n.repl.claimEarly(id, term, 0, 0)
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.wake:
+			}
 		}
-		batch := p.take()
-		if len(batch) == 0 || batch[len(batch)-1].Index-batch[0].Index != uint64(len(batch)-1) {
-			continue // nothing, or not one run of entries: raft's replication sends them
-		}
-		match, _, inflight, _ := n.repl.progress(id, term)
-		prev := batch[0].Index - 1
-		if match < prev || inflight {
-			// A gap, which raft's own replication fills; or an append
-			// (raft's, or a commit notice) already on its way, whose
-			// answer raft awaits before it sends the next one with every
-			// entry waiting: under a steady write load the follower's disk
-			// is busy anyway and an early copy would only be sent twice.
+		batch = joinRun(batch, p.take())
+		if len(batch) == 0 || len(batch) > maxEarlyEntries {
+			batch = nil
 			continue
 		}
-		// Entries it already holds (raft's own append got there first)
-		// are not sent again.
+		match, _, inflight, changed := n.repl.progress(id, term)
 		if last := batch[len(batch)-1].Index; match >= last {
+			batch = nil // it holds them all (raft's append got there first)
 			continue
-		} else if match > prev {
-			batch = batch[match-prev:]
-			prev = match
+		} else if prev := batch[0].Index - 1; match > prev {
+			batch = batch[match-prev:] // what it holds is not sent again
+		}
+		n.repl.claimEarly(id, term, batch[0].Index, batch[len(batch)-1].Index)
+		if inflight {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			case <-p.wake:
+			}
+			continue
+		}
+		prev := batch[0].Index - 1
+		if match < prev {
+			batch = nil // a gap, which raft's own replication fills
+			continue
 		}
 		if err := n.appendEarly(term, id, addr, prev, batch); err != nil {
 			n.log.Debug("early append to a follower failed", "follower", id, "first", batch[0].Index, "err", err)
 		}
+		batch = nil
 	}
+}
+
+// joinRun returns batch followed by more when together they are one run
+// of consecutive indexes. Otherwise batch is stale (the queue dropped
+// entries between them) and more, if one run itself, replaces it; nil if
+// not.
+func joinRun(batch, more []*raft.Log) []*raft.Log {
+	if len(more) == 0 {
+		return batch
+	}
+	if !isRun(more) {
+		return nil
+	}
+	if len(batch) > 0 && more[0].Index == batch[len(batch)-1].Index+1 {
+		return append(batch, more...)
+	}
+	return more
+}
+
+// isRun reports whether logs hold consecutive indexes.
+func isRun(logs []*raft.Log) bool {
+	return logs[len(logs)-1].Index-logs[0].Index == uint64(len(logs)-1)
 }
 
 // appendEarly sends follower id the entries after prev, which it holds,
 // with a commit index it can take (at most prev).
 func (n *Node) appendEarly(term uint64, id raft.ServerID, addr raft.ServerAddress, prev uint64, entries []*raft.Log) error {
-	if err := n.appendAfter(term, id, addr, prev, entries, min(n.raft.CommitIndex(), prev)); err != nil {
+	if err := n.appendAfter(term, id, addr, prev, entries, min(n.raft.CommitIndex(), prev), true); err != nil {
 		return err
 	}
 	n.metrics.earlyAppends.Inc()

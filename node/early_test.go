@@ -108,6 +108,11 @@ func TestFollowersWriteWhileLeaderWrites(t *testing.T) {
 	if n := testutil.ToFloat64(leader.metrics.earlyAppends); n == 0 {
 		t.Fatal("corenode_raft_early_appends_total is 0 on the leader")
 	}
+	// raft's own append of the entry found it acknowledged and was
+	// answered without a round trip.
+	if n := testutil.ToFloat64(leader.repl.answered); n == 0 {
+		t.Fatal(`corenode_raft_leader_appends_total{outcome="answered"} is 0 on the leader`)
+	}
 }
 
 // waitFollowersIdle waits until every follower has acknowledged the

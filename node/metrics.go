@@ -19,6 +19,9 @@ type metrics struct {
 	fsync         prometheus.Histogram
 	leaderChanges prometheus.Counter
 	earlyAppends  prometheus.Counter
+	// raftAppends counts raft's own appends that carry entries, by what
+	// became of them (replication.appendEntries).
+	raftAppends *prometheus.CounterVec
 }
 
 // latencyBuckets span a loopback commit (sub-millisecond) to a stalled disk.
@@ -38,6 +41,9 @@ func newMetrics() *metrics {
 			Help: "Leader changes this member has seen."}),
 		earlyAppends: prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_raft_early_appends_total",
 			Help: "Appends this member, as leader, sent a follower while it wrote the same entries to its own disk, and the follower took."}),
+		raftAppends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corenode_raft_leader_appends_total",
+			Help: "hashicorp/raft's appends of entries to a follower, by outcome: sent as built, trimmed (sent without the entries the follower had acknowledged from an early append), answered (every entry acknowledged: answered without a round trip)."},
+			[]string{"outcome"}),
 	}
 }
 
@@ -52,7 +58,7 @@ func (m *metrics) register(reg prometheus.Registerer, n *Node) {
 		}
 		return 0
 	}
-	reg.MustRegister(m.proposals, m.proposalsFail, m.applyLatency, m.fsync, m.leaderChanges, m.earlyAppends,
+	reg.MustRegister(m.proposals, m.proposalsFail, m.applyLatency, m.fsync, m.leaderChanges, m.earlyAppends, m.raftAppends,
 		gauge("corenode_raft_has_leader", "1 if this member knows a leader.", func() float64 {
 			addr, _ := n.raft.LeaderWithID()
 			return boolean(addr != "")

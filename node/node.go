@@ -228,7 +228,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: log cache: %w", err)
 	}
 
-	n.repl = newReplication(cfg.Transport)
+	n.repl = newReplication(cfg.Transport, n.metrics)
 	notify := make(chan bool, 16)
 	rc := raft.DefaultConfig()
 	rc.LocalID = ServerID(cfg.ID)
