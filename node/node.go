@@ -86,7 +86,9 @@ type Config struct {
 // TermProber asks another member for its current raft term, the seam
 // through which a leader confirms it still leads (see ReadBarrier).
 //
-// Term is called concurrently, once per voter of each confirmation round.
+// Term is called concurrently, for as many voters as each confirmation
+// round needs (a quorum's worth, the quickest first; more when one fails or
+// is slow, see probe.go).
 // Each call must send a new request, made after the call began, and never
 // answer from a cache or from a reply to an earlier request: the answer
 // counts as that member's word after the round began. The caller stops
@@ -134,6 +136,7 @@ type Node struct {
 	nextRead  *readBatch
 	verifying bool
 	prober    TermProber
+	probes    probeStats // how quickly each voter answered the prober
 
 	smu      sync.Mutex
 	services []LeaderService
@@ -667,7 +670,9 @@ func (n *Node) verifyOnce() error {
 // began, say they are still in term. A leader of a later term needs votes
 // from a quorum, which shares a member with this one, and that member moved
 // to the later term before it voted; so no later leader existed, or could
-// have acknowledged a write, before the call began.
+// have acknowledged a write, before the call began. It asks only as many
+// voters as a quorum needs, the quickest first, and the others when one
+// fails or is slow (probe.go).
 //
 // raft's VerifyLeader is not enough: it counts any successful replication
 // or heartbeat answer that arrives after it was called, including answers
@@ -706,26 +711,58 @@ func (n *Node) confirmTerm(term uint64) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ElectionTimeout)
 	defer cancel()
-	answers := make(chan uint64, len(others))
-	for _, s := range others {
+	type answer struct {
+		id   raft.ServerID
+		term uint64 // 0: no word from this member
+		took time.Duration
+	}
+	answers := make(chan answer, len(others))
+	order := n.probes.order(others)
+	asked := 0
+	waiting := map[raft.ServerID]bool{}
+	ask := func() {
+		s := order[asked]
+		asked++
+		waiting[s.ID] = true
 		go func() {
+			start := time.Now()
 			t, err := prober.Term(ctx, s.Address)
 			if err != nil {
-				t = 0 // no word from this member
+				t = 0
 			}
-			answers <- t
+			answers <- answer{s.ID, t, time.Since(start)}
 		}()
 	}
-	for range others {
+	// Ask as many as a quorum needs; the rest on a failure or the hedge.
+	for asked < min(need-have, len(order)) {
+		ask()
+	}
+	hedge := time.NewTimer(n.probes.hedge(order[:asked]))
+	defer hedge.Stop()
+	for len(waiting) > 0 || asked < len(order) {
 		select {
-		case t := <-answers:
+		case a := <-answers:
+			delete(waiting, a.id)
 			switch {
-			case t == term:
+			case a.term > term:
+				return ErrNotLeader
+			case a.term == term:
+				n.probes.answered(a.id, a.took)
 				if have++; have >= need {
 					return nil
 				}
-			case t > term:
-				return ErrNotLeader
+			default: // no word (or, from a prober other than raft's, an older term)
+				n.probes.failed(a.id)
+				if asked < len(order) {
+					ask()
+				}
+			}
+		case <-hedge.C:
+			for id := range waiting {
+				n.probes.failed(id) // slow: asked last next time
+			}
+			for asked < len(order) {
+				ask()
 			}
 		case <-ctx.Done():
 			return ErrNotLeader
