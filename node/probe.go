@@ -58,18 +58,32 @@ func (s *probeStats) hedge(asked []raft.Server) time.Duration {
 	return min(max(3*slowest, minProbeHedge), maxProbeHedge)
 }
 
-// answered records that id answered after d; failed, that it did not
-// answer in time or could not be asked, which sends it to the back.
+// slowProbe is the latency recorded for a voter that did not answer in
+// time or could not be asked: it sorts after every measured one.
+const slowProbe = time.Hour
+
+// answered records that id answered after d, smoothed with what it took
+// before unless it was recorded slow.
 func (s *probeStats) answered(id raft.ServerID, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if old, ok := s.latency[id]; ok && old != slowProbe {
+		d = (3*old + d) / 4
+	}
+	s.setLocked(id, max(d, 1)) // at least 1 ns: asked at least once
+}
+
+// failed records that id did not answer in time or could not be asked,
+// which sends it to the back.
+func (s *probeStats) failed(id raft.ServerID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.setLocked(id, slowProbe)
+}
+
+func (s *probeStats) setLocked(id raft.ServerID, d time.Duration) {
 	if s.latency == nil {
 		s.latency = map[raft.ServerID]time.Duration{}
 	}
-	if old, ok := s.latency[id]; ok && old < maxProbeHedge {
-		d = (3*old + d) / 4
-	}
-	s.latency[id] = max(d, 1) // 1 ns: asked at least once
+	s.latency[id] = d
 }
-
-func (s *probeStats) failed(id raft.ServerID) { s.answered(id, time.Hour) }

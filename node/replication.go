@@ -116,16 +116,18 @@ func (r *replication) appendEntries(id raft.ServerID, target raft.ServerAddress,
 	if n := len(args.Entries); n > 0 {
 		last = args.Entries[n-1].Index
 	}
+	// raft's own appends of entries may be trimmed or answered here.
+	raftEntries := !early && len(args.Entries) > 0
 	r.mu.Lock()
 	send := args
-	if !early && len(args.Entries) > 0 {
+	if raftEntries {
 		send = r.trimLocked(id, args)
 	}
 	p := r.peerLocked(id, args.Term)
 	p.inflight++
 	r.mu.Unlock()
 
-	if !early && len(args.Entries) > 0 {
+	if raftEntries {
 		switch send {
 		case nil:
 			r.answered.Inc()
