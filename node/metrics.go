@@ -4,7 +4,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
@@ -95,22 +94,6 @@ func (n *Node) DiskSize() int64 {
 
 // timedLogStore times appends to the raft log: bolt commits each batch with
 // an fsync, so this is the disk latency every write waits for.
-type timedLogStore struct {
-	raft.LogStore
-	h prometheus.Histogram
-}
-
-func (s timedLogStore) StoreLog(l *raft.Log) error {
-	return s.StoreLogs([]*raft.Log{l})
-}
-
-func (s timedLogStore) StoreLogs(ls []*raft.Log) error {
-	start := time.Now()
-	err := s.LogStore.StoreLogs(ls)
-	s.h.Observe(time.Since(start).Seconds())
-	return err
-}
-
 // countLeaderChanges follows raft's leader observations until stop closes:
 // it counts new leaders, as etcd's leader_changes_seen does, and wakes
 // LeaderChange waiters on every change, including to no leader.

@@ -16,7 +16,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -206,11 +205,7 @@ func New(cfg Config) (*Node, error) {
 	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger, cfg.LeaseObserver), stop: make(chan struct{}), metrics: newMetrics(),
 		removed: make(chan struct{}), leaderChange: make(chan struct{})}
 
-	// Not syncing bolt's freelist, as etcd does not, saves a page write per
-	// append (about 30% of append time measured here); the cost is a scan to
-	// rebuild the freelist when the file opens.
-	bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: 5 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType}})
+	bolt, err := openLog(cfg.DataDir)
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return nil, fmt.Errorf("node: open raft log in %s: another process holds it (is a member already running on this data dir?)", cfg.DataDir)
