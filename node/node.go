@@ -228,30 +228,7 @@ func New(cfg Config) (*Node, error) {
 
 	n.repl = newReplication(cfg.Transport, n.metrics)
 	notify := make(chan bool, 16)
-	rc := raft.DefaultConfig()
-	rc.LocalID = ServerID(cfg.ID)
-	// etcd users think in heartbeat interval and election timeout.
-	// hashicorp/raft heartbeats every HeartbeatTimeout/10 to 2/10, and a
-	// follower that hears nothing for HeartbeatTimeout to twice that starts
-	// an election; so HeartbeatTimeout is ten heartbeat intervals, capped at
-	// half the election timeout, which puts failure detection where etcd's
-	// is (about one election timeout) rather than up to twice as late. A
-	// leader that hears from no quorum for LeaderLeaseTimeout steps down;
-	// raft requires it to be at most HeartbeatTimeout.
-	rc.HeartbeatTimeout = min(10*cfg.HeartbeatInterval, cfg.ElectionTimeout/2)
-	rc.ElectionTimeout = cfg.ElectionTimeout
-	rc.LeaderLeaseTimeout = rc.HeartbeatTimeout
-	rc.CommitTimeout = cfg.CommitNotify
-	rc.SnapshotThreshold = cfg.SnapshotCount
-	rc.SnapshotInterval = cfg.SnapshotInterval
-	rc.TrailingLogs = cfg.SnapshotCount
-	rc.MaxAppendEntries = 512
-	rc.BatchApplyCh = true
-	rc.NotifyCh = notify
-	if cfg.RaftLog == nil {
-		cfg.RaftLog = os.Stderr
-	}
-	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: cfg.RaftLog})
+	rc := raftConfig(cfg, notify)
 
 	if cfg.Bootstrap {
 		has, err := raft.HasExistingState(logs, bolt, snaps)
@@ -905,4 +882,44 @@ func WriteRestoredSnapshot(dataDir string, servers []raft.Server, state io.Reade
 		return fmt.Errorf("node: write snapshot: %w", err)
 	}
 	return nil
+}
+
+// raftConfig is hashicorp/raft's configuration for a member with cfg;
+// notify receives raft's leadership changes.
+func raftConfig(cfg Config, notify chan bool) *raft.Config {
+	rc := raft.DefaultConfig()
+	rc.LocalID = ServerID(cfg.ID)
+	// etcd users think in heartbeat interval and election timeout.
+	// hashicorp/raft heartbeats every HeartbeatTimeout/10 to 2/10, and a
+	// follower that hears nothing for HeartbeatTimeout to twice that starts
+	// an election; so HeartbeatTimeout is ten heartbeat intervals, capped at
+	// half the election timeout, which puts failure detection where etcd's
+	// is (about one election timeout) rather than up to twice as late. A
+	// leader that hears from no quorum for LeaderLeaseTimeout steps down;
+	// raft requires it to be at most HeartbeatTimeout.
+	//
+	// raft's ElectionTimeout is how long a candidate waits (that to twice
+	// that, at random) before it tries again, and a try often fails right
+	// after a leader dies: the first follower to notice asks the others for
+	// a pre-vote while they still have a leader, and they refuse. With the
+	// etcd election timeout there, that wait put failover past 2.5 s in
+	// about one run in ten (bench-vs-etcd failover). With HeartbeatTimeout
+	// the candidate tries again at least two of them after its last contact
+	// with the leader, by when every follower has noticed too.
+	rc.HeartbeatTimeout = min(10*cfg.HeartbeatInterval, cfg.ElectionTimeout/2)
+	rc.ElectionTimeout = rc.HeartbeatTimeout
+	rc.LeaderLeaseTimeout = rc.HeartbeatTimeout
+	rc.CommitTimeout = cfg.CommitNotify
+	rc.SnapshotThreshold = cfg.SnapshotCount
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.SnapshotCount
+	rc.MaxAppendEntries = 512
+	rc.BatchApplyCh = true
+	rc.NotifyCh = notify
+	out := cfg.RaftLog
+	if out == nil {
+		out = os.Stderr
+	}
+	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: out})
+	return rc
 }
