@@ -902,10 +902,10 @@ func raftConfig(cfg Config, notify chan bool) *raft.Config {
 	// that, at random) before it tries again, and a try often fails right
 	// after a leader dies: the first follower to notice asks the others for
 	// a pre-vote while they still have a leader, and they refuse. With the
-	// etcd election timeout there, that wait put failover past 2.5 s in
-	// about one run in ten (bench-vs-etcd failover). With HeartbeatTimeout
-	// the candidate tries again at least two of them after its last contact
-	// with the leader, by when every follower has noticed too.
+	// etcd election timeout there, that wait put failover past 2 s in about
+	// one run in eight (bench-vs-etcd failover). With HeartbeatTimeout
+	// there, the next try comes at least two heartbeat timeouts after the
+	// candidate last heard the leader, by when every follower has noticed.
 	rc.HeartbeatTimeout = min(10*cfg.HeartbeatInterval, cfg.ElectionTimeout/2)
 	rc.ElectionTimeout = rc.HeartbeatTimeout
 	rc.LeaderLeaseTimeout = rc.HeartbeatTimeout
