@@ -23,7 +23,8 @@ func openLog(dir string) (*raftboltdb.BoltStore, error) {
 }
 
 // timedLogStore records how long every append to the log takes
-// (corenode_disk_fsync_seconds).
+// (corenode_disk_fsync_seconds): bolt commits each batch with its
+// fdatasyncs, so this is the disk latency every write waits for.
 type timedLogStore struct {
 	raft.LogStore
 	h prometheus.Histogram

@@ -92,8 +92,6 @@ func (n *Node) DiskSize() int64 {
 	return total
 }
 
-// timedLogStore times appends to the raft log: bolt commits each batch with
-// an fsync, so this is the disk latency every write waits for.
 // countLeaderChanges follows raft's leader observations until stop closes:
 // it counts new leaders, as etcd's leader_changes_seen does, and wakes
 // LeaderChange waiters on every change, including to no leader.
