@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/corenode/corenode/internal/freeport"
 	"github.com/corenode/corenode/member"
 )
 
@@ -125,9 +126,11 @@ func raftLog() io.Writer {
 	return io.Discard
 }
 
+// listen chooses a port outside the ephemeral range, where no outgoing
+// connection can take it while a stopped member waits to Restart.
 func listen(t testing.TB) net.Listener {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := freeport.Listen("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}

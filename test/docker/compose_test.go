@@ -7,13 +7,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/corenode/corenode/internal/freeport"
 )
 
 // compose is the Compose command on this machine: the docker plugin, or
@@ -80,14 +81,11 @@ func environ(name string) []string {
 
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	// Outside the ephemeral range: a stopped container's ports must still
+	// be free when it starts again.
+	ports, err := freeport.Ports("127.0.0.1", n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ports
 }

@@ -5,13 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/corenode/corenode/internal/freeport"
 )
 
 // The processes, their ports and the etcdctl plumbing of the end-to-end test.
@@ -105,19 +106,14 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
-// freePorts holds all n listeners open at once so the ports are distinct;
-// another process can still take one after they close, hence the retry in
-// startCluster.
+// freePorts chooses ports outside the ephemeral range, so that a killed
+// member's ports are still free when it restarts. Another process can
+// still take one before the first start, hence the retry in startCluster.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	ports, err := freeport.Ports("127.0.0.1", n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ports
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/corenode/corenode/internal/freeport"
 )
 
 // ComposeConfig says how to run the compose deployment.
@@ -105,7 +107,9 @@ func StartCompose(ctx context.Context, cfg ComposeConfig) (*Compose, error) {
 	}
 	var held []net.Listener
 	for i := range cfg.Members {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		// Outside the ephemeral range, so that a stopped container's
+		// published port is still free when it starts again.
+		ln, err := freeport.Listen("127.0.0.1")
 		if err != nil {
 			return nil, fmt.Errorf("cluster: client port: %w", err)
 		}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corenode/corenode/internal/freeport"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/proxy"
 )
 
@@ -146,7 +147,9 @@ func startProcesses(ctx context.Context, cfg ProcessConfig, attempt int) (*Proce
 			return nil, fmt.Errorf("cluster: peer port %d for member %d: %w", port, i, err)
 		}
 		ln.Close()
-		cln, err := net.Listen("tcp", "127.0.0.1:0")
+		// Outside the ephemeral range, so that clients' connections cannot
+		// take a killed member's port before it restarts.
+		cln, err := freeport.Listen("127.0.0.1")
 		if err != nil {
 			for _, ln := range held {
 				ln.Close()
