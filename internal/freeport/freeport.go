@@ -18,6 +18,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // lowest is the bottom of the range we choose from, clear of the ports
@@ -32,7 +33,8 @@ const (
 	defaultEphemeralHigh = 65535
 )
 
-// Listen listens on host at a port outside the kernel's ephemeral range.
+// Listen listens on host at a port outside the kernel's ephemeral range,
+// claimed for this process (see claim).
 func Listen(host string) (net.Listener, error) {
 	low, high := choosable()
 	if high-low < 100 {
@@ -41,6 +43,10 @@ func Listen(host string) (net.Listener, error) {
 	var lastErr error
 	for range 200 {
 		port := low + rand.IntN(high-low+1)
+		if !claim(port) {
+			lastErr = fmt.Errorf("port %d already claimed", port)
+			continue
+		}
 		ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 		if err == nil {
 			return ln, nil
@@ -51,27 +57,40 @@ func Listen(host string) (net.Listener, error) {
 }
 
 // Ports returns n distinct ports that were free on host a moment ago,
-// all outside the kernel's ephemeral range. Another process may still take
-// one before the caller does; choosing at random over thousands of ports
-// makes that rare, not impossible.
+// outside the kernel's ephemeral range and claimed for this process (see
+// claim). A process that does not use this package may still take one
+// before the caller binds it.
 func Ports(host string, n int) ([]int, error) {
-	held := make([]net.Listener, 0, n)
-	defer func() {
-		for _, ln := range held {
-			ln.Close()
-		}
-	}()
 	ports := make([]int, 0, n)
 	for range n {
 		ln, err := Listen(host)
 		if err != nil {
 			return nil, err
 		}
-		// Held until all are chosen, so that they differ.
-		held = append(held, ln)
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		ln.Close()
 	}
 	return ports, nil
+}
+
+var (
+	claimMu sync.Mutex
+	claimed = map[int]bool{}
+)
+
+// claim hands port out at most once in this process's life, and never
+// while another process that uses this package holds it (lock). Test
+// packages run in parallel, and members are killed and restarted on their
+// ports: without claims, a cluster started meanwhile, here or in another
+// test binary, could pick the port of a member that is down.
+func claim(port int) bool {
+	claimMu.Lock()
+	defer claimMu.Unlock()
+	if claimed[port] || !lock(port) {
+		return false
+	}
+	claimed[port] = true
+	return true
 }
 
 // choosable is the widest stretch of ports outside the ephemeral range:

@@ -1,7 +1,14 @@
 package freeport
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"math/rand/v2"
 	"net"
+	"os"
+	"os/exec"
+	"runtime"
 	"strconv"
 	"testing"
 )
@@ -62,5 +69,78 @@ func TestChoosableAvoidsEphemeralRange(t *testing.T) {
 		if _, _, err := parseRange(bad); err == nil {
 			t.Errorf("parseRange(%q) accepted", bad)
 		}
+	}
+}
+
+func TestClaimIsOncePerProcess(t *testing.T) {
+	ln, err := Listen("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	if claim(port) {
+		t.Fatalf("port %d handed out twice in one process", port)
+	}
+}
+
+// TestClaimExcludesOtherProcesses runs this test binary again as a second
+// process that claims a port and holds it until its stdin closes.
+func TestClaimExcludesOtherProcesses(t *testing.T) {
+	if port := os.Getenv("FREEPORT_TEST_HOLD"); port != "" {
+		p, _ := strconv.Atoi(port)
+		if !claim(p) {
+			fmt.Println("refused")
+			os.Exit(1)
+		}
+		fmt.Println("claimed")
+		io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}
+	if runtime.GOOS == "windows" {
+		t.Fatal("claims are not exclusive across processes on windows")
+	}
+	// A port another process holds already is refused to the helper too;
+	// try a few.
+	low, high := choosable()
+	var port int
+	var stdin io.WriteCloser
+	var cmd *exec.Cmd
+	for attempt := 0; ; attempt++ {
+		port = low + rand.IntN(high-low+1)
+		cmd = exec.Command(os.Args[0], "-test.run", "^TestClaimExcludesOtherProcesses$")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("FREEPORT_TEST_HOLD=%d", port))
+		var err error
+		if stdin, err = cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(stdout).ReadString('\n')
+		if err == nil && line == "claimed\n" {
+			break
+		}
+		stdin.Close()
+		cmd.Wait()
+		if attempt == 4 {
+			t.Fatalf("the helper could claim none of 5 ports; last answer %q, %v", line, err)
+		}
+	}
+	if claim(port) {
+		t.Errorf("port %d claimed here while another process holds it", port)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("helper: %v", err)
+	}
+	// The helper's exit dropped its lock: a process that never handed the
+	// port out may claim it now. This one tried once, so it may not.
+	if !lock(port) {
+		t.Errorf("port %d still locked after its holder exited", port)
 	}
 }
