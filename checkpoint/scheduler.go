@@ -53,7 +53,7 @@ type Scheduler struct {
 	mu      sync.Mutex
 	done    uint64        // highest checkpoint seq applied
 	failed  uint64        // highest checkpoint seq whose proposal failed
-	changed chan struct{} // closed and replaced when done or failed moves
+	changed chan struct{} // closed and replaced when done or failed moves, or an expiry applies
 }
 
 // New returns a scheduler over tr.
@@ -80,7 +80,8 @@ var ErrNotLeader = errors.New("checkpoint: not the leader")
 // request arrived and before the deadline moves, so a deposed leader never
 // acknowledges a keep-alive that the next leader would not honour. Rule 1:
 // a lease checkpointed since its last keep-alive is reset in a committed
-// entry before the answer.
+// entry before the answer. A lease whose time is up is not renewed, and
+// the zero answer waits until its expiry applies (awaitExpiry).
 func (s *Scheduler) Renew(ctx context.Context, id int64) (int64, error) {
 	if err := s.p.ConfirmLeadership(ctx); err != nil {
 		return 0, err
@@ -90,6 +91,9 @@ func (s *Scheduler) Renew(ctx context.Context, id int64) (int64, error) {
 	}
 	r := s.tr.Renew(id)
 	s.m.KeepAlives.Inc()
+	if r.Due {
+		return 0, s.awaitExpiry(ctx, id)
+	}
 	if r.ResetSeq == 0 {
 		return r.TTL, nil
 	}
@@ -115,6 +119,30 @@ func (s *Scheduler) Renew(ctx context.Context, id int64) (int64, error) {
 	}
 }
 
+// awaitExpiry returns once lease id, whose time is up, has left the
+// tracker: nil if its expiry (or a revoke) applied, ErrNotLeader if
+// leadership was lost first. As etcd's lessor does, the holder hears "gone"
+// only when the lease is gone from the state everyone reads, so nothing it
+// reads afterwards shows the lease still there.
+func (s *Scheduler) awaitExpiry(ctx context.Context, id int64) error {
+	for {
+		s.mu.Lock()
+		changed := s.changed
+		s.mu.Unlock()
+		if _, _, ok := s.tr.Remaining(id); !ok {
+			if !s.tr.Active() {
+				return ErrNotLeader
+			}
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 func (s *Scheduler) settle(seq uint64, ok bool) {
 	s.mu.Lock()
 	if ok {
@@ -122,9 +150,14 @@ func (s *Scheduler) settle(seq uint64, ok bool) {
 	} else {
 		s.failed = max(s.failed, seq)
 	}
+	s.wakeLocked()
+	s.mu.Unlock()
+}
+
+// wakeLocked wakes every keep-alive waiting on the scheduler.
+func (s *Scheduler) wakeLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
-	s.mu.Unlock()
 }
 
 // Metrics are the scheduler's series, shared with the Lease service.
@@ -184,6 +217,9 @@ func (s *Scheduler) expire(ctx context.Context) {
 			}
 			return
 		}
+		s.mu.Lock()
+		s.wakeLocked() // keep-alives of these leases may answer now
+		s.mu.Unlock()
 		s.m.Expired.Add(float64(len(ids)))
 		now := time.Now()
 		for _, d := range deadlines {

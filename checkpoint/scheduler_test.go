@@ -38,6 +38,9 @@ type fakeProposer struct {
 	checkpoints []*lease.Checkpoint
 	expired     []int64
 	leading     bool
+	// expireGate, if set, holds every expiry proposal until it is closed
+	// or the proposal's context ends.
+	expireGate chan struct{}
 }
 
 func (p *fakeProposer) ProposeCheckpoint(ctx context.Context, c *lease.Checkpoint) error {
@@ -52,6 +55,16 @@ func (p *fakeProposer) ProposeCheckpoint(ctx context.Context, c *lease.Checkpoin
 }
 
 func (p *fakeProposer) ProposeExpire(ctx context.Context, e *lease.Expire) error {
+	p.mu.Lock()
+	gate := p.expireGate
+	p.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.leading {
@@ -165,5 +178,70 @@ func TestDemotionStopsAllProposals(t *testing.T) {
 	}
 	if _, err := s.Renew(context.Background(), 2); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("renew on a demoted scheduler: %v", err)
+	}
+}
+
+// A keep-alive of a lease whose time is up answers "gone" only once the
+// expiry has applied: before that its keys are still there, and a read
+// between the two would see a lease the holder was told is gone.
+func TestKeepAliveOfDueLeaseAnswersAfterItsExpiryApplies(t *testing.T) {
+	s, p, clock, cancel, done := setup(t)
+	defer func() { cancel(); <-done }()
+	gate := make(chan struct{})
+	p.mu.Lock()
+	p.expireGate = gate
+	p.mu.Unlock()
+	clock.advance(5 * time.Second) // lease 1 (TTL 5) is due
+	type answer struct {
+		ttl int64
+		err error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		ttl, err := s.Renew(context.Background(), 1)
+		answered <- answer{ttl, err}
+	}()
+	select {
+	case a := <-answered:
+		t.Fatalf("keep-alive answered %+v while the lease's expiry was unapplied", a)
+	case <-time.After(50 * time.Millisecond):
+	}
+	if _, ok := p.lookup(1); !ok {
+		t.Fatal("lease 1 left the table with its expiry held")
+	}
+	close(gate)
+	a := <-answered
+	if a.ttl != 0 || a.err != nil {
+		t.Fatalf("keep-alive of an expired lease: ttl %d err %v, want 0 and nil", a.ttl, a.err)
+	}
+	if _, ok := p.lookup(1); ok {
+		t.Fatal("keep-alive answered gone with the lease still in the table")
+	}
+}
+
+// If leadership goes while such a keep-alive waits, it fails as "not
+// leader", so the client asks the next leader instead of hearing "gone"
+// from one that could not make it so.
+func TestKeepAliveOfDueLeaseFailsOnDemotion(t *testing.T) {
+	s, p, clock, cancel, done := setup(t)
+	p.mu.Lock()
+	p.expireGate = make(chan struct{}) // never opens
+	p.mu.Unlock()
+	clock.advance(5 * time.Second)
+	answered := make(chan error, 1)
+	go func() {
+		_, err := s.Renew(context.Background(), 1)
+		answered <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	<-done
+	select {
+	case err := <-answered:
+		if !errors.Is(err, ErrNotLeader) {
+			t.Fatalf("keep-alive after demotion: %v, want ErrNotLeader", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("keep-alive still waiting 5s after demotion")
 	}
 }

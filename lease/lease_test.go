@@ -55,12 +55,28 @@ func TestExpiredRespectsLimitAndUnexpire(t *testing.T) {
 	if len(first) != 3 {
 		t.Fatalf("got %d, want a batch of 3", len(first))
 	}
-	if r := tr.Renew(first[0]); r.TTL != 0 {
-		t.Fatal("a lease being expired must not be renewed")
+	if r := tr.Renew(first[0]); r.TTL != 0 || !r.Due {
+		t.Fatalf("a lease being expired must not be renewed, and is due: %+v", r)
 	}
 	tr.Unexpire(first)
 	if got := tr.Expired(10); len(got) != 5 {
 		t.Fatalf("after a failed proposal every due lease must be retried, got %v", got)
+	}
+}
+
+func TestRenewOfUnknownLeaseIsNotDue(t *testing.T) {
+	tr, c := newTestTracker()
+	tr.Granted(7, 1)
+	c.advance(2 * time.Second)
+	if r := tr.Renew(7); !r.Due {
+		t.Fatalf("past its deadline: %+v, want due", r)
+	}
+	tr.Removed(7)
+	if r := tr.Renew(7); r.TTL != 0 || r.Due {
+		t.Fatalf("after its expiry applied: %+v, want gone and not due", r)
+	}
+	if r := tr.Renew(8); r.TTL != 0 || r.Due {
+		t.Fatalf("never granted: %+v, want gone and not due", r)
 	}
 }
 
@@ -79,8 +95,8 @@ func TestRenewExtendsFromNow(t *testing.T) {
 		t.Fatalf("remaining %d ttl %d ok %v", rem, ttl, ok)
 	}
 	c.advance(time.Millisecond)
-	if r := tr.Renew(7); r.TTL != 0 {
-		t.Fatal("renewed at its deadline: must count as expired")
+	if r := tr.Renew(7); r.TTL != 0 || !r.Due {
+		t.Fatalf("renewed at its deadline: must count as expired and due: %+v", r)
 	}
 	if got := tr.Expired(10); !reflect.DeepEqual(got, []int64{7}) {
 		t.Fatalf("got %v", got)
@@ -233,8 +249,8 @@ func TestPromoteDemote(t *testing.T) {
 		t.Fatalf("got %v", got)
 	}
 	tr.Demote()
-	if tr.Renew(1).TTL != 0 {
-		t.Fatal("a demoted tracker renewed a lease")
+	if r := tr.Renew(1); r.TTL != 0 || r.Due {
+		t.Fatalf("a demoted tracker renewed a lease, or holds it due: %+v", r)
 	}
 	if cp, _ := tr.TakeCheckpoint(10); cp != nil {
 		t.Fatal("a demoted tracker proposed a checkpoint")

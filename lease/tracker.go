@@ -192,8 +192,13 @@ func (t *Tracker) remove(e *entry) {
 // Renewal is the outcome of a keep-alive.
 type Renewal struct {
 	// TTL is the TTL granted from now, in seconds; zero if the lease is
-	// gone or already expired (the holder must stop).
+	// gone or its time is up (the holder must stop).
 	TTL int64
+	// Due is set, with a zero TTL, for a lease whose time is up but whose
+	// expiry has not applied: its keys are still there, so the holder may
+	// hear "gone" only once the expiry has applied, or a read between the
+	// two answers would see the lease come back.
+	Due bool
 	// ResetSeq, when nonzero, is the checkpoint batch that carries this
 	// lease's reset: the keep-alive may be acknowledged only once that batch
 	// has committed (see the package comment).
@@ -206,14 +211,14 @@ func (t *Tracker) Renew(id int64) Renewal {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e, ok := t.byID[id]
-	if !t.active || !ok || e.expiring {
+	if !t.active || !ok {
 		return Renewal{}
 	}
 	now := t.at(t.clock.Now())
-	if now >= e.deadline {
+	if e.expiring || now >= e.deadline {
 		// Its time is up even if the expiry is not yet proposed; renewing
 		// now would resurrect a lease the holder may already have given up.
-		return Renewal{}
+		return Renewal{Due: true}
 	}
 	e.deadline = now.plus(e.ttl)
 	heap.Fix(&t.deadlines, e.index)
