@@ -123,8 +123,15 @@ func (r *replication) appendEntries(id raft.ServerID, target raft.ServerAddress,
 	if raftEntries {
 		send = r.trimLocked(id, args)
 	}
+	// Only an append of the records' own term counts as in flight: one of
+	// an earlier term (a deposed leader's replicator still winding down
+	// when this member leads again) would never be uncounted below, and
+	// the early sender would wait for its answer for the rest of the term.
 	p := r.peerLocked(id, args.Term)
-	p.inflight++
+	counted := p.term == args.Term
+	if counted {
+		p.inflight++
+	}
 	r.mu.Unlock()
 
 	if raftEntries {
@@ -151,7 +158,7 @@ func (r *replication) appendEntries(id raft.ServerID, target raft.ServerAddress,
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p = r.peerLocked(id, args.Term)
-	if p.term == args.Term {
+	if counted && p.term == args.Term {
 		p.inflight--
 	}
 	if err == nil && resp.Success && resp.Term == args.Term && p.term == args.Term {

@@ -179,3 +179,54 @@ func TestRaftAppendWaitsForEarlySender(t *testing.T) {
 		t.Fatal("Close did not release raft's waiting append")
 	}
 }
+
+// TestStaleTermAppendLeavesNoInflight: an append of an earlier term that
+// starts after this term's records exist (a deposed leader's replicator
+// still winding down when the member leads again) must not count as in
+// flight in this term. It used to, and was never uncounted: the early
+// sender then held its entries forever waiting for that answer, and
+// raft's append of them waited for the early sender, so no write
+// committed again in the term (seen in docker-mode jepsen-lite after
+// isolate-leader).
+func TestStaleTermAppendLeavesNoInflight(t *testing.T) {
+	r, _ := newRecordingReplication(t)
+	const f = raft.ServerID("f1")
+	r.progress(f, 8) // term 8's records exist
+	var resp raft.AppendEntriesResponse
+	if err := r.AppendEntries(f, "f1", appendReq(7, 10, 7, entries(7, 11, 12)), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, inflight, _ := r.progress(f, 8); inflight {
+		t.Fatal("a finished append of term 7 is still in flight in term 8")
+	}
+	if match, _, _, _ := r.progress(f, 8); match != 0 {
+		t.Fatalf("term 8's match = %d after an append of term 7, want 0", match)
+	}
+
+	// The wedge itself: the early sender holds 13-14 while something is in
+	// flight; raft's append starting at 13 must not wait on it forever.
+	r.claimEarly(f, 8, 13, 14)
+	done := make(chan error, 1)
+	go func() {
+		var resp raft.AppendEntriesResponse
+		done <- r.AppendEntries(f, "f1", appendReq(8, 12, 7, entries(8, 13, 14)), &resp)
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("raft's append went out while the early sender held its entries: %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	// The sender, seeing nothing in flight, sends and lets go.
+	if _, _, inflight, _ := r.progress(f, 8); inflight {
+		t.Fatal("the early sender would wait for an append that is not on its way")
+	}
+	r.claimEarly(f, 8, 0, 0)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("raft's append still waiting after the early sender let go")
+	}
+}

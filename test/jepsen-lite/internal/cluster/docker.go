@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,21 +104,15 @@ func StartCompose(ctx context.Context, cfg ComposeConfig) (*Compose, error) {
 	if cfg.Members == 5 {
 		c.files = append(c.files, filepath.Join(filepath.Dir(cfg.File), "docker-compose.5.yml"))
 	}
-	var held []net.Listener
-	for i := range cfg.Members {
-		// Outside the ephemeral range, so that a stopped container's
-		// published port is still free when it starts again.
-		ln, err := freeport.Listen("127.0.0.1")
-		if err != nil {
-			return nil, fmt.Errorf("cluster: client port: %w", err)
-		}
-		held = append(held, ln)
-		port := ln.Addr().(*net.TCPAddr).Port
-		c.ports = append(c.ports, port)
-		c.env = append(c.env, fmt.Sprintf("M%d_CLIENT_PORT=%d", i+1, port))
+	// Outside the ephemeral range, so that a stopped container's published
+	// port is still free when it starts again.
+	ports, err := freeport.Ports("127.0.0.1", cfg.Members)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: client ports: %w", err)
 	}
-	for _, ln := range held {
-		ln.Close()
+	c.ports = ports
+	for i, port := range ports {
+		c.env = append(c.env, fmt.Sprintf("M%d_CLIENT_PORT=%d", i+1, port))
 	}
 	c.env = append(c.env, "CORENODE_CLUSTER_TOKEN="+c.project)
 	uctx, cancel := context.WithTimeout(ctx, 4*time.Minute)

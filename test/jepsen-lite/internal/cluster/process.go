@@ -133,42 +133,31 @@ func startProcesses(ctx context.Context, cfg ProcessConfig, attempt int) (*Proce
 		return nil, err
 	}
 	p.px = px
-	var held []net.Listener
+	// Outside the ephemeral range, so that clients' connections cannot
+	// take a killed member's port before it restarts.
+	clientPorts, err := freeport.Ports("127.0.0.1", n)
+	if err != nil {
+		px.Close()
+		return nil, fmt.Errorf("cluster: client ports: %w", err)
+	}
 	for i := range n {
 		port := px.Addr(i).Port
 		// The member's own peer port is the proxy's port on another IP;
 		// probe it so a clash shows up here rather than as a member exit.
 		ln, err := net.Listen("tcp", net.JoinHostPort(listenIP(i).String(), fmt.Sprint(port)))
 		if err != nil {
-			for _, ln := range held {
-				ln.Close()
-			}
 			px.Close()
 			return nil, fmt.Errorf("cluster: peer port %d for member %d: %w", port, i, err)
 		}
 		ln.Close()
-		// Outside the ephemeral range, so that clients' connections cannot
-		// take a killed member's port before it restarts.
-		cln, err := freeport.Listen("127.0.0.1")
-		if err != nil {
-			for _, ln := range held {
-				ln.Close()
-			}
-			px.Close()
-			return nil, fmt.Errorf("cluster: client port: %w", err)
-		}
-		held = append(held, cln) // held until all are chosen, so they differ
 		name := fmt.Sprintf("m%d", i+1)
 		p.members = append(p.members, &proc{
 			name:       name,
-			clientPort: cln.Addr().(*net.TCPAddr).Port,
+			clientPort: clientPorts[i],
 			peerPort:   port,
 			dataDir:    filepath.Join(cfg.DataDir, fmt.Sprintf("%s.%d.data", name, attempt)),
 			logPath:    filepath.Join(cfg.LogDir, name+".log"),
 		})
-	}
-	for _, ln := range held {
-		ln.Close()
 	}
 	for i := range n {
 		if err := p.Start(ctx, i); err != nil {
