@@ -86,10 +86,12 @@ func (s *Scheduler) Renew(ctx context.Context, id int64) (int64, error) {
 	if err := s.p.ConfirmLeadership(ctx); err != nil {
 		return 0, err
 	}
-	if !s.tr.Active() {
+	r := s.tr.Renew(id)
+	if r.Inactive {
+		// Leadership was lost after it was confirmed: the next leader
+		// decides, so the holder must not hear "gone" from this one.
 		return 0, ErrNotLeader
 	}
-	r := s.tr.Renew(id)
 	s.m.KeepAlives.Inc()
 	if r.Due {
 		return 0, s.awaitExpiry(ctx, id)
@@ -164,6 +166,11 @@ func (s *Scheduler) wakeLocked() {
 func (s *Scheduler) Metrics() *Metrics { return s.m }
 
 // Run implements node.LeaderService.
+//
+// All its time comes from the tracker's clock: it sleeps on one timer until
+// the next tick or the earliest deadline, whichever comes first, so it
+// wakes once per tick, per deadline and per keep-alive that needs a reset,
+// and a test that steps a fake clock decides every wake-up.
 func (s *Scheduler) Run(ctx context.Context, term uint64) {
 	s.p.PromoteLeases(s.tr.Promote)
 	defer func() {
@@ -172,34 +179,46 @@ func (s *Scheduler) Run(ctx context.Context, term uint64) {
 		s.settle(s.tr.Seq(), false)
 	}()
 	s.log.Info("lease scheduler started", "term", term, "leases", s.tr.Len())
-	tick := time.NewTicker(s.cfg.Tick)
-	defer tick.Stop()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	clock := s.tr.Clock()
+	tick := clock.Now().Add(s.cfg.Tick)
+	flushed := false
 	for {
 		s.expire(ctx)
+		if now := clock.Now(); flushed || !now.Before(tick) {
+			if !now.Before(tick) {
+				// As a runtime ticker does, ticks keep their phase, and a
+				// slow checkpoint skips the ticks it overran rather than
+				// bunching them.
+				tick = tick.Add((now.Sub(tick)/s.cfg.Tick + 1) * s.cfg.Tick)
+			}
+			s.checkpoint(ctx)
+		}
 		if ctx.Err() != nil {
 			return
 		}
-		if next, ok := s.tr.NextDeadline(); ok {
-			timer.Reset(max(time.Until(next), 0))
-		} else {
-			timer.Reset(time.Hour)
+		wake := tick
+		if next, ok := s.tr.NextDeadline(); ok && next.Before(wake) {
+			wake = next
 		}
+		t := clock.NewTimer(wake.Sub(clock.Now()))
+		flushed = false
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
-		case <-timer.C:
-		case <-tick.C:
-			s.checkpoint(ctx)
+		case <-t.C():
 		case <-s.flush:
-			s.checkpoint(ctx)
+			flushed = true
 		}
+		// Stopped before any work, so while the scheduler works it holds no
+		// timer and while it waits exactly one: tests read that as "idle".
+		t.Stop()
 	}
 }
 
 // expire proposes every lease already due, in batches.
 func (s *Scheduler) expire(ctx context.Context) {
+	clock := s.tr.Clock()
 	for ctx.Err() == nil {
 		ids := s.tr.Expired(s.cfg.MaxBatch)
 		if len(ids) == 0 {
@@ -210,10 +229,7 @@ func (s *Scheduler) expire(ctx context.Context) {
 			s.tr.Unexpire(ids)
 			if ctx.Err() == nil {
 				s.log.Warn("lease expiry proposal failed, will retry", "leases", len(ids), "err", err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(50 * time.Millisecond):
-				}
+				s.sleep(ctx, expireRetry)
 			}
 			return
 		}
@@ -221,12 +237,26 @@ func (s *Scheduler) expire(ctx context.Context) {
 		s.wakeLocked() // keep-alives of these leases may answer now
 		s.mu.Unlock()
 		s.m.Expired.Add(float64(len(ids)))
-		now := time.Now()
+		now := clock.Now()
 		for _, d := range deadlines {
 			if !d.IsZero() {
 				s.m.ExpiryLag.Observe(now.Sub(d).Seconds())
 			}
 		}
+	}
+}
+
+// expireRetry is how long the scheduler waits after a failed expiry
+// proposal before it tries again, so a failing raft is not hammered.
+const expireRetry = 50 * time.Millisecond
+
+// sleep waits d on the tracker's clock, or until ctx ends.
+func (s *Scheduler) sleep(ctx context.Context, d time.Duration) {
+	t := s.tr.Clock().NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C():
 	}
 }
 

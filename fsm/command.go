@@ -1,8 +1,11 @@
 package fsm
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
@@ -42,6 +45,13 @@ const (
 	OpLeaseExpire Op = 8
 	// OpLeaseCheckpoint advances the lease clock, checkpoints and resets (lease.Checkpoint).
 	OpLeaseCheckpoint Op = 9
+	// OpAlarm raises or clears a member's alarm (pb.AlarmRequest, ACTIVATE or DEACTIVATE).
+	OpAlarm Op = 10
+	// OpReadLeases records that a leader of the entry's term may grant read
+	// leases, or that every lease of earlier terms has run out (ReadLeases);
+	// a later leader waits out the horizon before its first write that could
+	// touch a key, unless the last granting term was cleared.
+	OpReadLeases Op = 11
 )
 
 func (o Op) String() string {
@@ -64,6 +74,10 @@ func (o Op) String() string {
 		return "lease_expire"
 	case OpLeaseCheckpoint:
 		return "lease_checkpoint"
+	case OpAlarm:
+		return "alarm"
+	case OpReadLeases:
+		return "read_leases"
 	}
 	return fmt.Sprintf("op(%d)", byte(o))
 }
@@ -137,6 +151,10 @@ func Decode(data []byte) (Command, error) {
 		msg = &lease.Expire{}
 	case OpLeaseCheckpoint:
 		msg = &lease.Checkpoint{}
+	case OpAlarm:
+		msg = &pb.AlarmRequest{}
+	case OpReadLeases:
+		msg = &ReadLeases{}
 	default:
 		return Command{}, fmt.Errorf("%w: op %d", ErrUnknownFormat, byte(op))
 	}
@@ -144,4 +162,53 @@ func Decode(data []byte) (Command, error) {
 		return Command{}, fmt.Errorf("fsm: decode %s: %w", op, err)
 	}
 	return Command{Op: op, Msg: msg}, nil
+}
+
+// ReadLeases is OpReadLeases's payload. A leader commits one with Grant
+// set before its first read lease of a term: the entry's term becomes the
+// last term that granted, and Horizon the longest a lease may stay valid
+// after the start of the leadership confirmation it was granted under (the
+// lease duration plus the confirmation window). A leader that has waited
+// out every lease of earlier terms commits one with Cleared, the last
+// granting term it waited out, so its successors need not wait again.
+type ReadLeases struct {
+	Grant   bool
+	Horizon time.Duration
+	Cleared uint64
+}
+
+// Marshal implements Message: a byte (1: Grant), then uvarints of the
+// horizon in nanoseconds and of the cleared term.
+func (r *ReadLeases) Marshal() ([]byte, error) {
+	b := []byte{0}
+	if r.Grant {
+		b[0] = 1
+	}
+	b = binary.AppendUvarint(b, uint64(r.Horizon))
+	return binary.AppendUvarint(b, r.Cleared), nil
+}
+
+// Unmarshal implements Message.
+func (r *ReadLeases) Unmarshal(b []byte) error {
+	bad := errors.New("fsm: bad read-leases payload")
+	if len(b) < 1 || b[0] > 1 {
+		return bad
+	}
+	r.Grant = b[0] == 1
+	h, n := binary.Uvarint(b[1:])
+	if n <= 0 || h > math.MaxInt64 {
+		return bad
+	}
+	c, m := binary.Uvarint(b[1+n:])
+	if m <= 0 || 1+n+m != len(b) {
+		return bad
+	}
+	r.Horizon, r.Cleared = time.Duration(h), c
+	return nil
+}
+
+// Size implements Message.
+func (r *ReadLeases) Size() int {
+	b, _ := r.Marshal()
+	return len(b)
 }

@@ -17,10 +17,14 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -53,6 +57,13 @@ type FSM struct {
 	mu        sync.RWMutex
 	clusterID uint64
 	members   map[uint64]*pb.Member // published name and client URLs by member ID
+	// alarms holds the raised alarms, ordered by member ID then type so
+	// snapshots and answers are deterministic. The slice is replaced, never
+	// changed in place, so the read path checks it without a lock; writers
+	// hold mu.
+	alarms atomic.Pointer[[]*pb.AlarmMember]
+	// readLeases is the OpReadLeases record, guarded by mu.
+	readLeases ReadLeaseState
 
 	// amu guards applied, the index of the last entry this FSM applied,
 	// appliedCh, closed and replaced whenever applied advances, and
@@ -235,6 +246,9 @@ func (f *FSM) applyCommand(l *raft.Log) Result {
 	// at apply, and lease commands change the table and the keys together.
 	f.lmu.Lock()
 	defer f.lmu.Unlock()
+	if f.capped(cmd) {
+		return Result{Err: rpctypes.ErrGRPCNoSpace}
+	}
 	switch cmd.Op {
 	case OpPut:
 		resp, err := f.store.Put(cmd.Msg.(*pb.PutRequest))
@@ -279,8 +293,143 @@ func (f *FSM) applyCommand(l *raft.Log) Result {
 	case OpLeaseCheckpoint:
 		f.leases.Apply(cmd.Msg.(*lease.Checkpoint))
 		return Result{}
+	case OpAlarm:
+		return Result{Resp: f.applyAlarm(cmd.Msg.(*pb.AlarmRequest))}
+	case OpReadLeases:
+		r := cmd.Msg.(*ReadLeases)
+		f.mu.Lock()
+		st := &f.readLeases
+		if r.Grant {
+			st.GrantTerm = max(st.GrantTerm, l.Term)
+		}
+		st.Horizon = max(st.Horizon, r.Horizon)
+		st.Cleared = max(st.Cleared, r.Cleared)
+		f.mu.Unlock()
+		return Result{}
 	}
 	panic(fmt.Sprintf("fsm: entry %d: op %s decoded but not applied", l.Index, cmd.Op))
+}
+
+// capped reports whether cmd is refused because the space quota is
+// exhausted: while a NOSPACE alarm is raised, as in etcd, nothing that adds
+// data applies (Put, a Txn with a put in either branch, LeaseGrant), while
+// reads, deletes, compaction and revokes still do, so an operator can make
+// room. It reads only replicated state, so every member decides alike.
+func (f *FSM) capped(cmd Command) bool {
+	return addsData(cmd.Op, cmd.Msg) && f.HasAlarm(0, pb.AlarmType_NOSPACE)
+}
+
+// addsData reports whether a command of op with msg is one the space quota
+// limits.
+func addsData(op Op, msg Message) bool {
+	switch op {
+	case OpPut, OpLeaseGrant:
+		return true
+	case OpTxn:
+		return txnPuts(msg.(*pb.TxnRequest))
+	}
+	return false
+}
+
+// OverQuota reports whether proposing op with msg would take the store past
+// quota bytes (see kv.Store.Size), as etcd checks a request against
+// --quota-backend-bytes before it proposes it: the member then raises a
+// NOSPACE alarm and refuses the request. A quota of 0 or less is none.
+func (f *FSM) OverQuota(op Op, msg Message, quota int64) bool {
+	return quota > 0 && addsData(op, msg) && f.store.Size()+int64(msg.Size()) > quota
+}
+
+// txnPuts reports whether either branch of r, nested ones included, puts.
+func txnPuts(r *pb.TxnRequest) bool {
+	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
+		for _, op := range ops {
+			switch u := op.Request.(type) {
+			case *pb.RequestOp_RequestPut:
+				return true
+			case *pb.RequestOp_RequestTxn:
+				if txnPuts(u.RequestTxn) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// applyAlarm raises or clears one alarm and answers the alarms it changed,
+// as etcd's alarm store does.
+func (f *FSM) applyAlarm(r *pb.AlarmRequest) *pb.AlarmResponse {
+	resp := &pb.AlarmResponse{Header: &pb.ResponseHeader{Revision: f.store.Rev()}}
+	a := &pb.AlarmMember{MemberID: r.MemberID, Alarm: r.Alarm}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	alarms := f.Alarms()
+	i, found := slices.BinarySearchFunc(alarms, a, compareAlarms)
+	switch r.Action {
+	case pb.AlarmRequest_ACTIVATE:
+		if r.Alarm == pb.AlarmType_NONE {
+			break
+		}
+		if !found {
+			alarms = slices.Insert(slices.Clone(alarms), i, a)
+			f.alarms.Store(&alarms)
+		}
+		resp.Alarms = []*pb.AlarmMember{a}
+	case pb.AlarmRequest_DEACTIVATE:
+		if found {
+			alarms = slices.Delete(slices.Clone(alarms), i, i+1)
+			f.alarms.Store(&alarms)
+			resp.Alarms = []*pb.AlarmMember{a}
+		}
+	}
+	return resp
+}
+
+func compareAlarms(a, b *pb.AlarmMember) int {
+	if c := cmp.Compare(a.MemberID, b.MemberID); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Alarm, b.Alarm)
+}
+
+// ReadLeaseState is what the log says of read leases (OpReadLeases).
+type ReadLeaseState struct {
+	// GrantTerm is the last term whose leader may have granted a read
+	// lease (0: none ever).
+	GrantTerm uint64
+	// Horizon is the longest any lease may stay valid after the start of
+	// the leadership confirmation it was granted under.
+	Horizon time.Duration
+	// Cleared is the last granting term whose leases a later leader waited
+	// out: when it is GrantTerm, no earlier lease can still be valid.
+	Cleared uint64
+}
+
+// ReadLeases returns the read-lease record.
+func (f *FSM) ReadLeases() ReadLeaseState {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.readLeases
+}
+
+// Alarms returns the raised alarms, ordered by member ID and type. The
+// caller must not modify the slice or its elements.
+func (f *FSM) Alarms() []*pb.AlarmMember {
+	if p := f.alarms.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// HasAlarm reports whether a member has raised an alarm of type t; member 0
+// means any member. It takes no lock, for the request path.
+func (f *FSM) HasAlarm(member uint64, t pb.AlarmType) bool {
+	for _, a := range f.Alarms() {
+		if a.Alarm == t && (member == 0 || a.MemberID == member) {
+			return true
+		}
+	}
+	return false
 }
 
 // revoke removes a lease and deletes its keys in one revision.
@@ -318,18 +467,23 @@ func ClusterIDOf(serverIDs []string) uint64 {
 	return binary.BigEndian.Uint64(h.Sum(nil)[:8])
 }
 
-// Snapshot format, version 2 (version 1 lacks the applied index):
+// Snapshot format, version 4 (version 3 lacks the read-lease horizon,
+// version 2 also the alarms, version 1 also the applied index):
 //
-//	magic "corenode-fsm\n", version byte (2)
+//	magic "corenode-fsm\n", version byte (4)
 //	uvarint applied index (the raft index the state is as of)
 //	uvarint cluster ID
 //	uvarint length + pb.MemberListResponse (published members, by ID order)
 //	uvarint lease clock, uvarint lease count, then per lease varint ID, TTL, Expiry
+//	uvarint alarm count, then per alarm uvarint member ID, uvarint type
+//	uvarint read-lease grant term, horizon in nanoseconds, cleared term
 //	the kv snapshot (the lease-to-keys index is rebuilt from it, never stored)
 const snapshotMagic = "corenode-fsm\n"
 const (
 	snapshotV1 byte = 1
 	snapshotV2 byte = 2
+	snapshotV3 byte = 3
+	snapshotV4 byte = 4
 )
 
 type snapshot struct {
@@ -338,24 +492,51 @@ type snapshot struct {
 	members    []*pb.Member
 	leaseClock int64
 	leases     []lease.Lease
+	alarms     []*pb.AlarmMember
+	readLeases ReadLeaseState
 	kv         *kv.Snapshot
 }
 
 // Snapshot implements raft.FSM. It copies only pointers to immutable data;
 // the encoding happens in Persist, off the apply goroutine.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	s := f.capture()
+	s.applied = f.Applied()
+	return s, nil
+}
+
+// capture takes the replicated state between two commands: every command
+// applies under lmu.
+func (f *FSM) capture() *snapshot {
+	f.lmu.Lock()
+	defer f.lmu.Unlock()
 	f.mu.RLock()
-	s := &snapshot{clusterID: f.clusterID, applied: f.Applied()}
+	s := &snapshot{clusterID: f.clusterID}
 	for _, m := range f.members {
 		s.members = append(s.members, m)
 	}
+	s.alarms = f.Alarms()
+	s.readLeases = f.readLeases
 	f.mu.RUnlock()
 	slices.SortFunc(s.members, func(a, b *pb.Member) int { return cmp.Compare(a.ID, b.ID) })
-	f.lmu.Lock()
 	s.leaseClock, s.leases = f.leases.Clock(), f.leases.Leases()
-	f.lmu.Unlock()
 	s.kv = f.store.Snapshot()
-	return s, nil
+	return s
+}
+
+// Hash checksums the whole replicated state (cluster ID, published
+// members, the lease table, every key revision kept) as etcd's Hash
+// checksums its whole backend, and returns the revision it was taken at.
+// Members agree on it when they have applied the same entries. The raft
+// index is left out: it advances per batch, not per command, so it could
+// disagree with the state captured between two commands of one batch.
+func (f *FSM) Hash() (uint32, int64, error) {
+	s := f.capture()
+	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	if err := s.write(h); err != nil {
+		return 0, 0, fmt.Errorf("fsm: hash state: %w", err)
+	}
+	return h.Sum32(), s.kv.Rev(), nil
 }
 
 func (s *snapshot) Persist(sink raft.SnapshotSink) error {
@@ -369,7 +550,7 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 func (s *snapshot) write(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	bw.WriteString(snapshotMagic)
-	bw.WriteByte(snapshotV2)
+	bw.WriteByte(snapshotV4)
 	bw.Write(binary.AppendUvarint(nil, s.applied))
 	bw.Write(binary.AppendUvarint(nil, s.clusterID))
 	ml, err := (&pb.MemberListResponse{Members: s.members}).Marshal()
@@ -387,6 +568,16 @@ func (s *snapshot) write(w io.Writer) error {
 		buf = binary.AppendVarint(buf, l.Expiry)
 		bw.Write(buf)
 	}
+	bw.Write(binary.AppendUvarint(nil, uint64(len(s.alarms))))
+	for _, a := range s.alarms {
+		buf = binary.AppendUvarint(buf[:0], a.MemberID)
+		buf = binary.AppendUvarint(buf, uint64(a.Alarm))
+		bw.Write(buf)
+	}
+	buf = binary.AppendUvarint(buf[:0], s.readLeases.GrantTerm)
+	buf = binary.AppendUvarint(buf, uint64(s.readLeases.Horizon))
+	buf = binary.AppendUvarint(buf, s.readLeases.Cleared)
+	bw.Write(buf)
 	if _, err := s.kv.WriteTo(bw); err != nil {
 		return err
 	}
@@ -407,15 +598,16 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return errors.New("fsm: restore: not a corenode snapshot")
 	}
 	var applied uint64
-	switch v := magic[len(snapshotMagic)]; v {
+	version := magic[len(snapshotMagic)]
+	switch version {
 	case snapshotV1:
-	case snapshotV2:
+	case snapshotV2, snapshotV3, snapshotV4:
 		var err error
 		if applied, err = binary.ReadUvarint(br); err != nil {
 			return fmt.Errorf("fsm: restore: applied index: %w", err)
 		}
 	default:
-		return fmt.Errorf("fsm: restore: %w: snapshot version %d", ErrUnknownFormat, v)
+		return fmt.Errorf("fsm: restore: %w: snapshot version %d", ErrUnknownFormat, version)
 	}
 	clusterID, err := binary.ReadUvarint(br)
 	if err != nil {
@@ -454,6 +646,38 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		}
 		leases = append(leases, l)
 	}
+	var alarms []*pb.AlarmMember
+	if version >= snapshotV3 {
+		n, err := binary.ReadUvarint(br)
+		if err != nil {
+			return fmt.Errorf("fsm: restore: alarm count: %w", err)
+		}
+		for i := uint64(0); i < n; i++ {
+			a := &pb.AlarmMember{}
+			var t uint64
+			if a.MemberID, err = binary.ReadUvarint(br); err == nil {
+				t, err = binary.ReadUvarint(br)
+			}
+			if err != nil {
+				return fmt.Errorf("fsm: restore: alarm %d of %d: %w", i, n, err)
+			}
+			a.Alarm = pb.AlarmType(t)
+			alarms = append(alarms, a)
+		}
+	}
+	var readLeases ReadLeaseState
+	if version >= snapshotV4 {
+		var v [3]uint64
+		for i := range v {
+			if v[i], err = binary.ReadUvarint(br); err != nil {
+				return fmt.Errorf("fsm: restore: read-lease record: %w", err)
+			}
+		}
+		if v[1] > math.MaxInt64 {
+			return fmt.Errorf("fsm: restore: read-lease horizon %d out of range", v[1])
+		}
+		readLeases = ReadLeaseState{GrantTerm: v[0], Horizon: time.Duration(v[1]), Cleared: v[2]}
+	}
 	f.lmu.Lock()
 	defer f.lmu.Unlock()
 	if err := f.store.Restore(br); err != nil {
@@ -467,6 +691,8 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.mu.Lock()
 	f.clusterID = clusterID
 	f.members = members
+	f.alarms.Store(&alarms)
+	f.readLeases = readLeases
 	f.mu.Unlock()
 	// A restore may move the index back (a reseeded snapshot starts a new
 	// log at 1), so it is set, not advanced.
@@ -498,6 +724,7 @@ func Reseed(src io.Reader, dst io.Writer, clusterID, index uint64, logger *slog.
 	}
 	f.clusterID = clusterID
 	f.members = map[uint64]*pb.Member{}
+	f.alarms.Store(nil) // raised by the old cluster's members, whose IDs are gone
 	f.applied = index
 	s, err := f.Snapshot()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -51,18 +52,7 @@ func TestSnapshotRoundTripWithLeases(t *testing.T) {
 	apply(t, f, OpPut, &pb.PutRequest{Key: []byte("a"), Value: []byte("1"), Lease: 1})
 	apply(t, f, OpLeaseCheckpoint, &lease.Checkpoint{Clock: 500, Expiries: []lease.Expiry{{ID: 1, Expiry: 9000}}})
 	apply(t, f, OpPublish, &pb.Member{ID: 3, Name: "m3"})
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sink memSink
-	if err := snap.Persist(&sink); err != nil {
-		t.Fatal(err)
-	}
-	g := New(nil, nil)
-	if err := g.Restore(io.NopCloser(&sink)); err != nil {
-		t.Fatal(err)
-	}
+	g := roundTrip(t, f)
 	l, ok := g.Lease(1)
 	if !ok || l.Expiry != 9000 || l.TTL != 10 || g.Member(3).GetName() != "m3" || g.Store().Rev() != f.Store().Rev() {
 		t.Fatalf("restored lease %+v %v, member %v", l, ok, g.Member(3))
@@ -91,4 +81,139 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("re-encoding broke the command: %v", err)
 		}
 	})
+}
+
+// TestNoSpaceAlarmCapsWrites: while a NOSPACE alarm is raised, what adds
+// data is refused at apply and what makes room applies, as in etcd; the
+// alarm survives a snapshot, and clearing it lets writes apply again.
+func TestNoSpaceAlarmCapsWrites(t *testing.T) {
+	f := New(nil, nil)
+	apply(t, f, OpLeaseGrant, &pb.LeaseGrantRequest{ID: 1, TTL: 10})
+	apply(t, f, OpPut, &pb.PutRequest{Key: []byte("a"), Value: []byte("1")})
+	raise := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: 7, Alarm: pb.AlarmType_NOSPACE}
+	r := apply(t, f, OpAlarm, raise)
+	if got := r.Resp.(*pb.AlarmResponse).Alarms; len(got) != 1 || got[0].MemberID != 7 || got[0].Alarm != pb.AlarmType_NOSPACE {
+		t.Fatalf("activate answered %v", got)
+	}
+	apply(t, f, OpAlarm, raise) // a second raise changes nothing
+	if got := f.Alarms(); len(got) != 1 || !f.HasAlarm(0, pb.AlarmType_NOSPACE) {
+		t.Fatalf("alarms %v", got)
+	}
+
+	put := &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("b")}}}
+	del := &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: []byte("a")}}}
+	nested := &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Failure: []*pb.RequestOp{put}}}}
+	refused := map[string]struct {
+		op  Op
+		msg Message
+	}{
+		"put":              {OpPut, &pb.PutRequest{Key: []byte("b")}},
+		"grant":            {OpLeaseGrant, &pb.LeaseGrantRequest{ID: 2, TTL: 10}},
+		"txn with a put":   {OpTxn, &pb.TxnRequest{Success: []*pb.RequestOp{del, put}}},
+		"nested txn's put": {OpTxn, &pb.TxnRequest{Success: []*pb.RequestOp{nested}}},
+	}
+	for name, c := range refused {
+		if r := apply(t, f, c.op, c.msg); !errors.Is(r.Err, rpctypes.ErrGRPCNoSpace) {
+			t.Errorf("%s under NOSPACE: %v, want %v", name, r.Err, rpctypes.ErrGRPCNoSpace)
+		}
+	}
+	rev := f.Store().Rev()
+	if r := apply(t, f, OpTxn, &pb.TxnRequest{Success: []*pb.RequestOp{del}}); r.Err != nil || f.Store().Rev() != rev+1 {
+		t.Fatalf("txn that only deletes under NOSPACE: %v", r.Err)
+	}
+	if r := apply(t, f, OpCompact, &pb.CompactionRequest{Revision: f.Store().Rev()}); r.Err != nil {
+		t.Fatalf("compact under NOSPACE: %v", r.Err)
+	}
+	if r := apply(t, f, OpLeaseRevoke, &pb.LeaseRevokeRequest{ID: 1}); r.Err != nil {
+		t.Fatalf("revoke under NOSPACE: %v", r.Err)
+	}
+
+	// The alarm is part of the replicated state: a member restored from a
+	// snapshot refuses the same writes.
+	g := roundTrip(t, f)
+	if got := g.Alarms(); len(got) != 1 || got[0].MemberID != 7 {
+		t.Fatalf("restored alarms %v", got)
+	}
+	if r := apply(t, g, OpPut, &pb.PutRequest{Key: []byte("b")}); !errors.Is(r.Err, rpctypes.ErrGRPCNoSpace) {
+		t.Fatalf("put on the restored member: %v", r.Err)
+	}
+
+	clear := &pb.AlarmRequest{Action: pb.AlarmRequest_DEACTIVATE, MemberID: 7, Alarm: pb.AlarmType_NOSPACE}
+	if got := apply(t, g, OpAlarm, clear).Resp.(*pb.AlarmResponse).Alarms; len(got) != 1 {
+		t.Fatalf("deactivate answered %v", got)
+	}
+	if r := apply(t, g, OpPut, &pb.PutRequest{Key: []byte("b")}); r.Err != nil || len(g.Alarms()) != 0 {
+		t.Fatalf("put after the alarm was cleared: %v (alarms %v)", r.Err, g.Alarms())
+	}
+}
+
+// TestRestoresVersion2Snapshot: a snapshot written before alarms existed
+// still restores, with no alarm raised.
+func TestRestoresVersion2Snapshot(t *testing.T) {
+	f := New(nil, nil)
+	apply(t, f, OpPut, &pb.PutRequest{Key: []byte("a"), Value: []byte("1")})
+	var b bytes.Buffer
+	b.WriteString(snapshotMagic)
+	b.WriteByte(snapshotV2)
+	b.Write([]byte{5, 0, 0, 0, 0}) // applied 5, cluster 0, no members, lease clock 0, no leases
+	if _, err := f.Store().Snapshot().WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	g := New(nil, nil)
+	if err := g.Restore(io.NopCloser(&b)); err != nil {
+		t.Fatal(err)
+	}
+	if g.Applied() != 5 || g.Store().Rev() != f.Store().Rev() || len(g.Alarms()) != 0 {
+		t.Fatalf("restored applied %d rev %d alarms %v", g.Applied(), g.Store().Rev(), g.Alarms())
+	}
+}
+
+// TestReadLeaseRecord: the grant term is the entry's, the horizon and the
+// cleared term only grow, and the record survives a snapshot, so every
+// later leader (and a restarted cluster) knows whether to wait, and how
+// long.
+func TestReadLeaseRecord(t *testing.T) {
+	f := New(nil, nil)
+	if f.ReadLeases() != (ReadLeaseState{}) {
+		t.Fatal("a new state has a read-lease record")
+	}
+	at := func(term uint64, r *ReadLeases) {
+		t.Helper()
+		f.Apply(&raft.Log{Type: raft.LogCommand, Term: term, Data: mustEncode(t, OpReadLeases, r)})
+	}
+	at(3, &ReadLeases{Grant: true, Horizon: 3 * time.Second})
+	at(4, &ReadLeases{Grant: true, Horizon: time.Second})
+	at(5, &ReadLeases{Cleared: 4})
+	at(6, &ReadLeases{Cleared: 2})
+	want := ReadLeaseState{GrantTerm: 4, Horizon: 3 * time.Second, Cleared: 4}
+	if got := f.ReadLeases(); got != want {
+		t.Fatalf("record %+v, want %+v", got, want)
+	}
+	g := roundTrip(t, f)
+	if got := g.ReadLeases(); got != want {
+		t.Fatalf("restored record %+v, want %+v", got, want)
+	}
+	for _, bad := range [][]byte{{formatV1, byte(OpReadLeases)}, {formatV1, byte(OpReadLeases), 2, 0, 0}, {formatV1, byte(OpReadLeases), 1, 0x80}, {formatV1, byte(OpReadLeases), 1, 0, 0, 0}} {
+		if _, err := Decode(bad); err == nil {
+			t.Fatalf("payload %v decoded", bad[2:])
+		}
+	}
+}
+
+// roundTrip snapshots f and restores the snapshot into a new FSM.
+func roundTrip(t *testing.T, f *FSM) *FSM {
+	t.Helper()
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	g := New(nil, nil)
+	if err := g.Restore(io.NopCloser(&sink)); err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

@@ -46,6 +46,8 @@ func (s *Store) Compact(rev int64) (*pb.CompactionResponse, error) {
 		e := s.keys[string(r.kv.Key)]
 		if last := e.recs[e.compactCut-1]; last == r && !r.tomb {
 			log = append(log, r)
+		} else {
+			s.size.Add(-r.cost())
 		}
 	}
 	log = append(log, suffix...)

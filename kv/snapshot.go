@@ -113,26 +113,12 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	putU(uint64(sn.rev))
 	putU(uint64(sn.compactRev))
 	putU(uint64(len(sn.log)))
+	var rb []byte
 	prev := int64(0)
 	for _, r := range sn.log {
-		kv := &r.kv
-		flags := byte(0)
-		if r.tomb {
-			flags = flagTomb
-		}
-		bw.WriteByte(flags)
-		putU(uint64(kv.ModRevision - prev))
-		putU(uint64(r.sub))
-		putU(uint64(len(kv.Key)))
-		bw.Write(kv.Key)
-		if !r.tomb {
-			putU(uint64(kv.CreateRevision))
-			putU(uint64(kv.Version))
-			bw.Write(buf[:binary.PutVarint(buf[:], kv.Lease)])
-			putU(uint64(len(kv.Value)))
-			bw.Write(kv.Value)
-		}
-		prev = kv.ModRevision
+		rb = appendRecord(rb[:0], r, prev)
+		bw.Write(rb)
+		prev = r.kv.ModRevision
 	}
 	// bufio.Writer keeps the first error and reports it here.
 	if err := bw.Flush(); err != nil {
@@ -145,6 +131,29 @@ func (sn *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		return cw.n, fmt.Errorf("kv: write snapshot trailer: %w", err)
 	}
 	return cw.n, nil
+}
+
+// appendRecord appends r's encoding in the snapshot format, its revision
+// relative to prev, the revision of the record before it.
+func appendRecord(b []byte, r *record, prev int64) []byte {
+	kv := &r.kv
+	flags := byte(0)
+	if r.tomb {
+		flags = flagTomb
+	}
+	b = append(b, flags)
+	b = binary.AppendUvarint(b, uint64(kv.ModRevision-prev))
+	b = binary.AppendUvarint(b, uint64(r.sub))
+	b = binary.AppendUvarint(b, uint64(len(kv.Key)))
+	b = append(b, kv.Key...)
+	if !r.tomb {
+		b = binary.AppendUvarint(b, uint64(kv.CreateRevision))
+		b = binary.AppendUvarint(b, uint64(kv.Version))
+		b = binary.AppendVarint(b, kv.Lease)
+		b = binary.AppendUvarint(b, uint64(len(kv.Value)))
+		b = append(b, kv.Value...)
+	}
+	return b
 }
 
 type crcReader struct {

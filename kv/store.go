@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/google/btree"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -25,6 +26,16 @@ type record struct {
 	kv   mvccpb.KeyValue
 	sub  int64
 	tomb bool
+}
+
+// recordOverhead approximates what the store spends on one record beyond
+// its key and value bytes: the record itself, its places in the log and in
+// its key's history, and the key index's share.
+const recordOverhead = 128
+
+// cost is what the record counts towards the store's Size.
+func (r *record) cost() int64 {
+	return int64(len(r.kv.Key) + len(r.kv.Value) + recordOverhead)
 }
 
 // before orders records the way the log is sorted: by main revision, then by
@@ -146,6 +157,10 @@ type Store struct {
 	// leases maps a lease ID to the entries whose live version carries it.
 	leases map[int64]leaseKeys
 	live   int
+	// size is the sum of the cost of every record in log. It changes
+	// under the write lock and is read without one: every proposal's quota
+	// check reads it.
+	size atomic.Int64
 
 	watch hub
 }
@@ -166,7 +181,9 @@ func (s *Store) reset(rev, compactRev int64, log []*record) {
 	s.keys = make(map[string]*keyEntry)
 	s.leases = make(map[int64]leaseKeys)
 	s.live = 0
+	s.size.Store(0)
 	for _, r := range log {
+		s.size.Add(r.cost())
 		e := s.keys[string(r.kv.Key)]
 		if e == nil {
 			e = &keyEntry{key: r.kv.Key}
@@ -379,6 +396,11 @@ func (s *Store) CompactRev() int64 {
 	defer s.mu.RUnlock()
 	return s.compactRev
 }
+
+// Size is the bytes the store's state counts for its quota: the keys and
+// values of every revision it keeps, plus a fixed overhead per revision for
+// the store's own structures. It shrinks when a compaction drops history.
+func (s *Store) Size() int64 { return s.size.Load() }
 
 // KeyCount returns the number of live (non-deleted) keys at the current revision.
 func (s *Store) KeyCount() int {

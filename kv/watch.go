@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -9,6 +10,27 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
+
+// ErrEmptyWatcherRange is etcd's refusal of a watch whose range end is not
+// after its key: such a watcher could never see an event.
+var ErrEmptyWatcherRange = errors.New("mvcc: watcher range is empty")
+
+// ValidateWatch checks a watch request as etcd does before it creates the
+// watcher: the range must not be empty, and a negative start revision is
+// refused as compacted (etcd's answer). An empty key means the smallest key,
+// "\x00"; a range end of "\x00" means every key from the key on.
+func ValidateWatch(key, rangeEnd []byte, startRev int64) error {
+	if len(key) == 0 {
+		key = []byte{0}
+	}
+	if sp := mkSpan(key, rangeEnd); !sp.single && sp.end != nil && bytes.Compare(sp.key, sp.end) >= 0 {
+		return ErrEmptyWatcherRange
+	}
+	if startRev < 0 {
+		return rpctypes.ErrGRPCCompacted
+	}
+	return nil
+}
 
 // WatchID identifies a watcher; it is assigned by the caller, unique per sink.
 type WatchID int64
@@ -137,6 +159,13 @@ func (h *hub) remove(w *watcher) {
 	h.count--
 }
 
+// WatcherCount is how many watchers are registered, over every sink.
+func (s *Store) WatcherCount() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.watch.count
+}
+
 func (h *hub) get(sink Sink, id WatchID) *watcher {
 	return h.sinks[sink][id]
 }
@@ -153,6 +182,9 @@ func (h *hub) get(sink Sink, id WatchID) *watcher {
 func (s *Store) Watch(req WatchRequest) error {
 	if req.Sink == nil {
 		return fmt.Errorf("kv: watch %d: nil sink", req.ID)
+	}
+	if err := ValidateWatch(req.Key, req.RangeEnd, req.StartRev); err != nil {
+		return err
 	}
 	key := req.Key
 	if len(key) == 0 {

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -441,4 +442,32 @@ type plainSink struct{ k *testSink }
 
 func (p plainSink) Deliver(id WatchID, rev int64, evs []*mvccpb.Event) bool {
 	return p.k.Deliver(id, rev, evs)
+}
+
+func TestValidateWatch(t *testing.T) {
+	cases := []struct {
+		key, end string
+		rev      int64
+		want     error
+	}{
+		{"a", "", 0, nil},
+		{"", "", 0, nil},      // the smallest key, "\x00"
+		{"", "\x00", 0, nil},  // every key
+		{"b", "\x00", 0, nil}, // from b on
+		{"a", "b", 5, nil},    // [a, b)
+		{"\x00", "\x01", 0, nil},
+		{"b", "a", 0, ErrEmptyWatcherRange},
+		{"b", "b", 0, ErrEmptyWatcherRange},
+		{"", "\x00\x00", 0, nil},
+		{"a", "", -1, rpctypes.ErrGRPCCompacted},
+	}
+	for _, tc := range cases {
+		if got := ValidateWatch([]byte(tc.key), []byte(tc.end), tc.rev); !errors.Is(got, tc.want) {
+			t.Errorf("ValidateWatch(%q, %q, %d) = %v, want %v", tc.key, tc.end, tc.rev, got, tc.want)
+		}
+	}
+	s := newStore()
+	if err := s.Watch(WatchRequest{ID: 1, Key: []byte("b"), RangeEnd: []byte("a"), Sink: &testSink{}}); !errors.Is(err, ErrEmptyWatcherRange) {
+		t.Fatalf("Store.Watch of an empty range: %v", err)
+	}
 }

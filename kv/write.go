@@ -40,6 +40,7 @@ func (s *Store) appendRecord(c *change, e *keyEntry, r *record) {
 	c.sub++
 	e.recs = append(e.recs, r)
 	s.log = append(s.log, r)
+	s.size.Add(r.cost())
 }
 
 // Put writes one key at a new revision.

@@ -9,7 +9,13 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
-type fakeClock struct{ t time.Time }
+// fakeClock is read by the tracker alone, which never waits: NewTimer
+// comes from the embedded nil Clock and would panic if it were called.
+// The scheduler's fake, which fires timers, is in package checkpoint.
+type fakeClock struct {
+	Clock
+	t time.Time
+}
 
 func (c *fakeClock) Now() time.Time          { return c.t }
 func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
@@ -77,6 +83,24 @@ func TestRenewOfUnknownLeaseIsNotDue(t *testing.T) {
 	}
 	if r := tr.Renew(8); r.TTL != 0 || r.Due {
 		t.Fatalf("never granted: %+v, want gone and not due", r)
+	}
+}
+
+// TestRenewAfterDemotionIsInactive: a renewal that reaches the tracker after
+// leadership was lost says so, rather than "gone" (TTL 0), which would end
+// a holder whose lease the next leader still keeps.
+func TestRenewAfterDemotionIsInactive(t *testing.T) {
+	tr, _ := newTestTracker()
+	tr.Granted(7, 5)
+	if r := tr.Renew(7); r.Inactive || r.TTL != 5 {
+		t.Fatalf("while leading: %+v", r)
+	}
+	tr.Demote()
+	if r := tr.Renew(7); !r.Inactive || r.Due {
+		t.Fatalf("after demotion: %+v, want inactive", r)
+	}
+	if r := tr.Renew(8); !r.Inactive {
+		t.Fatalf("unknown lease after demotion: %+v, want inactive", r)
 	}
 }
 

@@ -84,9 +84,10 @@ func (t *Table) Lookup(id int64) (Lease, bool) {
 }
 
 // Grant adds a lease. Two grants of one ID can be in flight at once; the
-// second to apply is refused here.
+// second to apply is refused here. Any ID but 0 (no lease) is a lease's,
+// negative ones included, as in etcd.
 func (t *Table) Grant(id, ttl int64) error {
-	if id <= 0 {
+	if id == 0 {
 		return rpctypes.ErrGRPCLeaseNotFound
 	}
 	if _, ok := t.leases[id]; ok {

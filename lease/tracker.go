@@ -7,18 +7,6 @@ import (
 	"time"
 )
 
-// Clock is the leader's monotonic clock. time.Now carries a monotonic
-// reading, so the production clock is SystemClock; tests pass a fake.
-type Clock interface {
-	Now() time.Time
-}
-
-// SystemClock reads time.Now.
-type SystemClock struct{}
-
-// Now implements Clock.
-func (SystemClock) Now() time.Time { return time.Now() }
-
 // TrackerConfig tunes the tracker.
 type TrackerConfig struct {
 	// CheckpointAfter is how long a lease goes without a keep-alive before
@@ -82,6 +70,10 @@ func NewTracker(clock Clock, cfg TrackerConfig) *Tracker {
 	}
 	return &Tracker{clock: clock, cfg: cfg, byID: map[int64]*entry{}, epoch: clock.Now()}
 }
+
+// Clock is the clock the tracker reads: whoever waits for one of its
+// deadlines waits on this clock.
+func (t *Tracker) Clock() Clock { return t.clock }
 
 // Promote activates the tracker on a new leader, restarting every deadline
 // from the replicated state: a lease never checkpointed gets its whole TTL
@@ -203,6 +195,10 @@ type Renewal struct {
 	// lease's reset: the keep-alive may be acknowledged only once that batch
 	// has committed (see the package comment).
 	ResetSeq uint64
+	// Inactive is set when the tracker was demoted (leadership lost) before
+	// the renewal: the TTL says nothing, and the holder must ask the next
+	// leader rather than hear that its lease is gone.
+	Inactive bool
 }
 
 // Renew extends lease id by its TTL from now. The caller has confirmed
@@ -210,8 +206,11 @@ type Renewal struct {
 func (t *Tracker) Renew(id int64) Renewal {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if !t.active {
+		return Renewal{Inactive: true}
+	}
 	e, ok := t.byID[id]
-	if !t.active || !ok {
+	if !ok {
 		return Renewal{}
 	}
 	now := t.at(t.clock.Now())

@@ -5,11 +5,13 @@
 package member
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -23,11 +25,15 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/prometheus/client_golang/prometheus"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/corenode/corenode/checkpoint"
 	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/integrity"
+	"github.com/corenode/corenode/kv"
 	"github.com/corenode/corenode/lease"
 	"github.com/corenode/corenode/node"
+	"github.com/corenode/corenode/readlease"
 	"github.com/corenode/corenode/transport"
 )
 
@@ -52,6 +58,9 @@ type Config struct {
 	SnapshotCount        uint64
 	MaxRequestBytes      int
 	MaxTxnOps            int
+	// LogStore is the raft log store (node.LogStoreWAL or
+	// node.LogStoreBoltDB); see node.Config.LogStore.
+	LogStore string
 
 	// ClientTLS serves https:// client URLs; PeerTLS serves https:// peer URLs
 	// and is what this member presents when it dials other members.
@@ -79,23 +88,78 @@ type Config struct {
 	LeaseCheckpointAfter time.Duration
 	LeaseTick            time.Duration
 	LeaseBatch           int
+	// WatchProgressNotify is etcd's --watch-progress-notify-interval; zero
+	// means etcd's default of 10 minutes.
+	WatchProgressNotify time.Duration
+	// QuotaBackendBytes is etcd's --quota-backend-bytes: past it, writes that
+	// add data are refused and a NOSPACE alarm is raised. Zero means etcd's
+	// default, DefaultQuotaBackendBytes; less than zero means no quota.
+	QuotaBackendBytes int64
+
+	// CorruptCheckTime is how often the leader compares the members' hashes
+	// of the key space and raises CORRUPT for one that differs from the
+	// majority (package integrity); zero turns the check off.
+	CorruptCheckTime time.Duration
+
+	// ReadLeaseDuration is the read lease the leader grants to cache
+	// sessions (package readlease): zero means DefaultReadLeaseDuration, less
+	// than zero grants none. ReadLeaseMaxKeys and ReadLeaseMaxHoldersPerKey
+	// bound the leader's table (zero: the defaults).
+	ReadLeaseDuration         time.Duration
+	ReadLeaseMaxKeys          int
+	ReadLeaseMaxHoldersPerKey int
 }
+
+// Read-lease defaults. A longer lease serves more reads from memory and
+// makes a write to a key whose holder died wait longer (at most this long).
+const (
+	DefaultReadLeaseDuration         = 2 * time.Second
+	DefaultReadLeaseMaxKeys          = 100_000
+	DefaultReadLeaseMaxHoldersPerKey = 10_000
+)
+
+func readLeaseConfig(cfg Config, logger *slog.Logger) readlease.Config {
+	rc := readlease.Config{
+		Duration: cmp.Or(cfg.ReadLeaseDuration, DefaultReadLeaseDuration),
+		// Short against the lease, and longer than a confirmation round
+		// takes on a healthy cluster (one round trip to a quorum).
+		Window: cmp.Or(cfg.ElectionTimeout, time.Second) / 4, // node's default
+		Limits: readlease.Limits{
+			MaxKeys:          cmp.Or(cfg.ReadLeaseMaxKeys, DefaultReadLeaseMaxKeys),
+			MaxHoldersPerKey: cmp.Or(cfg.ReadLeaseMaxHoldersPerKey, DefaultReadLeaseMaxHoldersPerKey),
+		},
+		Logger:  logger,
+		Metrics: cfg.Metrics,
+	}
+	if rc.Duration < 0 {
+		rc.Duration = 0
+	}
+	return rc
+}
+
+// DefaultQuotaBackendBytes is etcd's default space quota, 2 GiB.
+const DefaultQuotaBackendBytes = 2 << 30
 
 // Member is a running member.
 type Member struct {
-	cfg     Config
-	log     *slog.Logger
-	node    *node.Node
-	server  *transport.Server
-	peerMux *transport.PeerMux
-	clients []*transport.ClientMux
-	grpc    *grpc.Server
-	peer    *grpc.Server
-	http    *http.Server
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	once    sync.Once
-	err     error
+	cfg    Config
+	log    *slog.Logger
+	node   *node.Node
+	server *transport.Server
+	// readLeases is the leader's read-lease service and write gate.
+	readLeases *readlease.Manager
+	peerMux    *transport.PeerMux
+	clients    []*transport.ClientMux
+	grpc       *grpc.Server
+	peer       *grpc.Server
+	http       *http.Server
+	// pipe carries the JSON gateway's calls into grpc over gwConn.
+	pipe   *transport.PipeListener
+	gwConn *grpc.ClientConn
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+	err    error
 }
 
 // ParseInitialCluster parses etcd's --initial-cluster form into name -> peer URLs.
@@ -251,6 +315,15 @@ func Start(cfg Config) (*Member, error) {
 		m.clients = append(m.clients, transport.NewClientMux(ln, clientTLS, logger))
 	}
 
+	m.pipe = transport.NewPipeListener()
+	if m.gwConn, err = transport.DialGateway(m.pipe); err != nil {
+		return nil, err
+	}
+	gateway, err := transport.NewGateway(m.gwConn)
+	if err != nil {
+		return nil, err
+	}
+
 	tracker := lease.NewTracker(lease.SystemClock{}, lease.TrackerConfig{CheckpointAfter: cfg.LeaseCheckpointAfter})
 	m.node, err = node.New(node.Config{
 		LeaseObserver:     tracker,
@@ -266,6 +339,7 @@ func Start(cfg Config) (*Member, error) {
 		ElectionTimeout:   cfg.ElectionTimeout,
 		CommitNotify:      cfg.CommitNotifyInterval,
 		SnapshotCount:     cfg.SnapshotCount,
+		LogStore:          cfg.LogStore,
 		Logger:            logger,
 		RaftLog:           cfg.RaftLog,
 		Metrics:           cfg.Metrics,
@@ -273,13 +347,26 @@ func Start(cfg Config) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.server = transport.NewServer(m.node, m.peerMux, transport.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps},
+	quota := cfg.QuotaBackendBytes
+	if quota == 0 {
+		quota = DefaultQuotaBackendBytes
+	}
+	m.server = transport.NewServer(m.node, m.peerMux,
+		transport.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps, QuotaBackendBytes: quota},
 		cfg.ElectionTimeout, logger)
 	m.server.SetClusterToken(cfg.InitialClusterToken)
+	m.server.SetWatchProgressNotifyInterval(cfg.WatchProgressNotify)
 	sched := checkpoint.New(tracker, proposer{m.node}, checkpoint.Config{Tick: cfg.LeaseTick, MaxBatch: cfg.LeaseBatch},
 		checkpoint.NewMetrics(cfg.Metrics), logger)
 	m.node.AddLeaderService(sched)
+	if cfg.CorruptCheckTime > 0 {
+		m.node.AddLeaderService(integrity.New(integrityCluster{m.node, m.server}, cfg.CorruptCheckTime, logger))
+	}
 	m.server.SetLeases(leaseBackend{sched, tracker}, MinTTL(cfg.ElectionTimeout), sched.Metrics())
+	m.readLeases = readlease.New(readLeaseConfig(cfg, logger), m.node)
+	m.node.AddLeaderService(m.readLeases)
+	m.node.SetGate(m.readLeases)
+	m.server.SetReadLeases(m.readLeases)
 	if cfg.Metrics != nil {
 		f := m.node.FSM()
 		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corenode_lease_live", Help: "Live leases."},
@@ -288,6 +375,14 @@ func Start(cfg Config) (*Member, error) {
 			func() float64 { return float64(f.Store().Rev()) }))
 		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corenode_kv_keys", Help: "Live keys."},
 			func() float64 { return float64(f.Store().KeyCount()) }))
+		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corenode_kv_watchers", Help: "Registered watchers, over every watch stream."},
+			func() float64 { return float64(f.Store().WatcherCount()) }))
+		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corenode_kv_size_bytes", Help: "State the space quota counts: keys and values of every kept revision plus a fixed overhead each."},
+			func() float64 { return float64(f.Store().Size()) }))
+		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corenode_quota_backend_bytes", Help: "The space quota (--quota-backend-bytes); 0 means none."},
+			func() float64 { return float64(max(quota, 0)) }))
+		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corenode_alarms_active", Help: "Raised alarms (NOSPACE, ...), over every member."},
+			func() float64 { return float64(len(f.Alarms())) }))
 	}
 	m.node.Start()
 
@@ -299,7 +394,9 @@ func Start(cfg Config) (*Member, error) {
 		// As etcd: room for the request plus gRPC framing, so an oversized
 		// request gets etcd's "request is too large" from our own check.
 		grpc.MaxRecvMsgSize(maxRecv + 512*1024),
-		grpc.MaxSendMsgSize(64 << 20),
+		// As etcd: an answer of any size is sent (a Range of every key with
+		// its value can pass 64 MiB); clientv3 accepts up to 2 GiB by default.
+		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.MaxConcurrentStreams(1 << 20),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
@@ -309,13 +406,14 @@ func Start(cfg Config) (*Member, error) {
 	}
 	m.grpc = grpc.NewServer(opts...)
 	m.server.Register(m.grpc)
-	m.peer = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(64<<20))
+	m.peer = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(math.MaxInt32))
 	m.server.RegisterPeer(m.peer)
 	gatherer := cfg.Gatherer
 	if g, ok := cfg.Metrics.(prometheus.Gatherer); ok && gatherer == nil {
 		gatherer = g
 	}
-	m.http = &http.Server{Handler: m.server.HTTPHandler(gatherer, cfg.EnablePprof), ReadHeaderTimeout: 10 * time.Second}
+	m.http = &http.Server{Handler: m.server.HTTPHandler(gatherer, cfg.EnablePprof, gateway), ReadHeaderTimeout: 10 * time.Second}
+	m.serve(func() error { return m.grpc.Serve(m.pipe) })
 
 	m.serve(func() error { return m.peer.Serve(m.peerMux.GRPCListener()) })
 	for _, c := range m.clients {
@@ -330,7 +428,7 @@ func Start(cfg Config) (*Member, error) {
 		m.server.PublishSelf(ctx)
 	}()
 	ok = true
-	logger.Info("serving", "client", m.ClientAddrs(), "peer", peerLn.Addr().String(), "data-dir", cfg.DataDir,
+	logger.Info("serving", "client", m.ClientAddrs(), "peer", peerLn.Addr().String(), "data-dir", cfg.DataDir, "log-store", m.node.LogStore(),
 		"id", fmt.Sprintf("%x", m.node.ID()))
 	return m, nil
 }
@@ -361,6 +459,45 @@ func (p proposer) ProposeExpire(ctx context.Context, e *lease.Expire) error {
 func (p proposer) ConfirmLeadership(ctx context.Context) error { return p.n.ReadBarrier(ctx) }
 
 func (p proposer) PromoteLeases(fn func(int64, []lease.Lease)) { p.n.FSM().PromoteLeases(fn) }
+
+// integrityCluster gives the corruption check the member's view of the
+// cluster: its own store, and the others' hashes over the peer port.
+type integrityCluster struct {
+	n *node.Node
+	s *transport.Server
+}
+
+func (c integrityCluster) Self() uint64 { return c.n.ID() }
+
+func (c integrityCluster) Voters() ([]uint64, error) {
+	members, err := c.n.Members()
+	if err != nil {
+		return nil, err
+	}
+	var ids []uint64
+	for _, m := range members {
+		if !m.IsLearner {
+			ids = append(ids, m.ID)
+		}
+	}
+	return ids, nil
+}
+
+func (c integrityCluster) LocalHash(rev int64) (kv.KVHash, error) { return c.n.Store().HashKV(rev) }
+
+func (c integrityCluster) PeerHash(ctx context.Context, id uint64, rev int64) (kv.KVHash, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return c.s.PeerHashKV(ctx, id, rev)
+}
+
+func (c integrityCluster) Corrupt(id uint64) bool {
+	return c.n.FSM().HasAlarm(id, pb.AlarmType_CORRUPT)
+}
+
+func (c integrityCluster) RaiseCorrupt(ctx context.Context, id uint64) error {
+	return c.s.RaiseAlarm(ctx, id, pb.AlarmType_CORRUPT)
+}
 
 type leaseBackend struct {
 	*checkpoint.Scheduler
@@ -437,6 +574,8 @@ func (m *Member) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		m.http.Shutdown(ctx)
 		cancel()
+		m.gwConn.Close()
+		m.pipe.Close()
 		m.err = m.node.Close()
 		m.peer.Stop()
 		m.server.Close()

@@ -22,7 +22,11 @@ type RestoreConfig struct {
 	InitialCluster           string
 	InitialClusterToken      string
 	InitialAdvertisePeerURLs []string
-	Logger                   *slog.Logger
+	// LogStore is the raft log store to create (node.LogStoreWAL or
+	// node.LogStoreBoltDB; empty for node.DefaultLogStore): the member
+	// started on the data dir keeps it.
+	LogStore string
+	Logger   *slog.Logger
 }
 
 // Restore builds one member's data directory of a new cluster from a file
@@ -59,6 +63,9 @@ func Restore(cfg RestoreConfig) (fsm.SnapshotStats, error) {
 	var state bytes.Buffer
 	if stats, err = fsm.Reseed(body, &state, fsm.ClusterIDOf(ids), node.RestoredIndex, cfg.Logger); err != nil {
 		return stats, fmt.Errorf("snapshot %s: %w", cfg.SnapshotFile, err)
+	}
+	if err := node.InitLogStore(cfg.DataDir, cfg.LogStore); err != nil {
+		return stats, err
 	}
 	if err := node.WriteRestoredSnapshot(cfg.DataDir, servers, &state); err != nil {
 		return stats, err

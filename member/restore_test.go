@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/corenode/corenode/member"
 	"github.com/corenode/corenode/member/membertest"
+	"github.com/corenode/corenode/node"
 )
 
 // TestSnapshotRestore saves a snapshot over the Maintenance API, as
@@ -73,12 +75,19 @@ func TestSnapshotRestore(t *testing.T) {
 	})
 
 	dir := t.TempDir()
+	// Each member's data dir is seeded with the log store restore was asked
+	// for, and the member started on it (with no store named) keeps it.
+	stores := []string{node.LogStoreBoltDB, node.LogStoreWAL, ""}
+	held := map[string]string{node.LogStoreBoltDB: "raft.db", node.LogStoreWAL: "wal", "": "wal"}
 	restored := membertest.New(t, 3, membertest.WithConfig(func(i int, cfg *member.Config) {
 		cfg.DataDir = filepath.Join(dir, cfg.Name)
 		stats, err := member.Restore(member.RestoreConfig{SnapshotFile: file, Name: cfg.Name, DataDir: cfg.DataDir,
-			InitialCluster: cfg.InitialCluster, InitialAdvertisePeerURLs: cfg.InitialAdvertisePeerURLs})
+			InitialCluster: cfg.InitialCluster, InitialAdvertisePeerURLs: cfg.InitialAdvertisePeerURLs, LogStore: stores[i]})
 		if err != nil {
 			t.Fatalf("restore member %d: %v", i, err)
+		}
+		if _, err := os.Stat(filepath.Join(cfg.DataDir, held[stores[i]])); err != nil {
+			t.Fatalf("restore member %d with log store %q: %v", i, stores[i], err)
 		}
 		if stats.Keys != len(before.Kvs) || stats.Leases != 1 || stats.Revision != before.Header.Revision {
 			t.Fatalf("restore stats %+v, want %d keys, 1 lease, revision %d", stats, len(before.Kvs), before.Header.Revision)
@@ -115,6 +124,18 @@ func TestSnapshotRestore(t *testing.T) {
 	ml, err := rcli.MemberList(ctx)
 	if err != nil || len(ml.Members) != 3 {
 		t.Fatalf("member list after restore: %v %v", ml, err)
+	}
+	restored.Close()
+	for i, s := range stores {
+		entries, _ := os.ReadDir(filepath.Join(dir, fmt.Sprintf("m%d", i)))
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		other := map[string]string{"raft.db": "wal", "wal": "raft.db"}[held[s]]
+		if !slices.Contains(names, held[s]) || slices.Contains(names, other) {
+			t.Errorf("member %d restored with log store %q: data dir holds %v", i, s, names)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -94,6 +95,16 @@ func TestMutualTLS(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		if err := json.Unmarshal(body, &h); err != nil || h.Health != "true" || resp.ProtoMajor != 1 {
 			t.Fatalf("/health over TLS: %s %q %v", resp.Proto, body, err)
+		}
+		// The JSON gateway is served over TLS too.
+		resp, err = hc.Post(c.ClientURL(leader)+"/v3/kv/range", "application/json", strings.NewReader(`{"key":"L3RscyFh"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"header":{"cluster_id"`) {
+			t.Fatalf("gateway over TLS: %s %q", resp.Status, body)
 		}
 		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: ca.ClientConfig(membertest.Pair{})}, Timeout: 5 * time.Second}
 		if resp, err := hc.Get(c.ClientURL(leader) + "/health"); err == nil {

@@ -10,10 +10,10 @@ import (
 // Early replication: the leader sends a batch of new entries to its
 // followers while it writes the batch to its own disk, instead of after.
 //
-// hashicorp/raft's leader stores a batch in its log (a BoltDB commit: two
-// fdatasyncs) and only then wakes its replicators, whose followers store
-// it in turn (two more each). A write therefore waits for two disk
-// commits in a row. Raft needs neither order: a leader may send entries
+// hashicorp/raft's leader stores a batch in its log (durable before
+// StoreLogs returns: one fsync with raft-wal, two fdatasyncs with
+// raft-boltdb) and only then wakes its replicators, whose followers store
+// it in turn. A write therefore waits for two disk commits in a row. Raft needs neither order: a leader may send entries
 // before they are durable on its own disk, as long as it counts itself
 // towards a quorum only once they are, and hashicorp's commitment tracker
 // still counts the leader only after StoreLogs returns. So on the leader
@@ -67,6 +67,10 @@ func (s earlyLogStore) StoreLogs(logs []*raft.Log) error {
 	}
 	return s.LogStore.StoreLogs(logs)
 }
+
+// IsMonotonic passes the wrapped store's answer through to raft (see
+// timedLogStore.IsMonotonic).
+func (s earlyLogStore) IsMonotonic() bool { return isMonotonic(s.LogStore) }
 
 // earlyReplication is one leadership term's set of follower senders.
 type earlyReplication struct {

@@ -1,8 +1,6 @@
 package node
 
 import (
-	"os"
-	"path/filepath"
 	"strconv"
 
 	"github.com/hashicorp/raft"
@@ -59,8 +57,8 @@ func (m *metrics) register(reg prometheus.Registerer, n *Node) {
 	}
 	reg.MustRegister(m.proposals, m.proposalsFail, m.applyLatency, m.fsync, m.leaderChanges, m.earlyAppends, m.raftAppends,
 		gauge("corenode_raft_has_leader", "1 if this member knows a leader.", func() float64 {
-			addr, _ := n.raft.LeaderWithID()
-			return boolean(addr != "")
+			_, id := n.leader()
+			return boolean(id != "")
 		}),
 		gauge("corenode_raft_is_leader", "1 if this member is the leader.", func() float64 {
 			return boolean(n.raft.State() == raft.Leader)
@@ -79,22 +77,22 @@ func (m *metrics) register(reg prometheus.Registerer, n *Node) {
 	)
 }
 
-// DiskSize is what this member keeps on disk: the bolt log plus the newest
-// snapshot, the two things an operator sizes the data volume for.
+// DiskSize is what this member keeps on disk: the raft log (raft.db, or
+// the wal's segments and meta database) plus the newest snapshot, the two
+// things an operator sizes the data volume for.
 func (n *Node) DiskSize() int64 {
-	var total int64
-	if fi, err := os.Stat(filepath.Join(n.cfg.DataDir, "raft.db")); err == nil {
-		total += fi.Size()
-	}
+	total := logStoreSize(n.cfg.DataDir, n.storeKind)
 	if snaps, err := n.snaps.List(); err == nil && len(snaps) > 0 {
 		total += snaps[0].Size
 	}
 	return total
 }
 
-// countLeaderChanges follows raft's leader observations until stop closes:
-// it counts new leaders, as etcd's leader_changes_seen does, and wakes
-// LeaderChange waiters on every change, including to no leader.
+// countLeaderChanges follows raft's leader and state observations until stop
+// closes: each one is a hint to read the leader again (Leader's view, so a
+// candidate has none). It counts new leaders, as etcd's leader_changes_seen
+// does, and wakes LeaderChange waiters on every change, including to no
+// leader.
 func (n *Node) countLeaderChanges(ch chan raft.Observation) {
 	defer n.done.Done()
 	var last, lastKnown raft.ServerID
@@ -102,20 +100,17 @@ func (n *Node) countLeaderChanges(ch chan raft.Observation) {
 		select {
 		case <-n.stop:
 			return
-		case o := <-ch:
-			lo, ok := o.Data.(raft.LeaderObservation)
-			if !ok || lo.LeaderID == last {
-				continue
-			}
-			last = lo.LeaderID
-			n.lcmu.Lock()
-			close(n.leaderChange)
-			n.leaderChange = make(chan struct{})
-			n.lcmu.Unlock()
-			if lo.LeaderID != "" && lo.LeaderID != lastKnown {
-				lastKnown = lo.LeaderID
-				n.metrics.leaderChanges.Inc()
-			}
+		case <-ch:
+		}
+		_, id := n.leader()
+		if id == last {
+			continue
+		}
+		last = id
+		n.leaderChange.Notify()
+		if id != "" && id != lastKnown {
+			lastKnown = id
+			n.metrics.leaderChanges.Inc()
 		}
 	}
 }
@@ -126,7 +121,5 @@ func (n *Node) countLeaderChanges(ch chan raft.Observation) {
 // it closes: a leader that died without closing its connections (a host
 // gone, not a process) would otherwise hold the request until its deadline.
 func (n *Node) LeaderChange() <-chan struct{} {
-	n.lcmu.Lock()
-	defer n.lcmu.Unlock()
-	return n.leaderChange
+	return n.leaderChange.Wait()
 }

@@ -25,9 +25,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.etcd.io/bbolt"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
@@ -67,6 +65,11 @@ type Config struct {
 	SnapshotCount uint64
 	// SnapshotInterval is how often raft checks SnapshotCount.
 	SnapshotInterval time.Duration
+	// LogStore names the raft log store: LogStoreWAL or LogStoreBoltDB. An
+	// existing data dir keeps the store it holds and refuses another by
+	// name (MismatchError); empty means that store, or DefaultLogStore in a
+	// new data dir.
+	LogStore string
 
 	Logger *slog.Logger
 	// RaftLog receives hashicorp/raft's own warnings; nil means stderr.
@@ -108,16 +111,34 @@ type LeaderService interface {
 	Run(ctx context.Context, term uint64)
 }
 
+// Gate holds a leader's commands back until they may change state. The
+// read-lease manager is one: a write to a key under read leases waits until
+// no holder can still serve the old value.
+//
+// Admit is called on the leader for every command, from any number of
+// goroutines at once, before the command is handed to raft. It returns once
+// the command may be proposed, or with an error (ctx's, or one for the
+// client) and then the command is not proposed. If it returns nil error,
+// release is called exactly once: after the command applied on this member,
+// or after its proposal failed (then it may still commit under a later
+// leader, whose own gate admits nothing before every earlier promise ran
+// out).
+type Gate interface {
+	Admit(ctx context.Context, op fsm.Op, data []byte) (release func(), err error)
+}
+
 // Node is one running member.
 type Node struct {
 	cfg   Config
 	log   *slog.Logger
 	fsm   *fsm.FSM
 	raft  *raft.Raft
-	bolt  *raftboltdb.BoltStore
-	snaps *raft.FileSnapshotStore
-	logs  raft.LogStore
-	repl  *replication
+	store logStore
+	// storeKind is the store this member opened (LogStoreWAL or LogStoreBoltDB).
+	storeKind string
+	snaps     *snapshotStore
+	logs      raft.LogStore
+	repl      *replication
 	// metrics are always collected; cfg.Metrics decides whether anyone sees them.
 	metrics *metrics
 	obs     *raft.Observer
@@ -139,17 +160,19 @@ type Node struct {
 
 	smu      sync.Mutex
 	services []LeaderService
+	gate     atomic.Pointer[Gate]
 
 	notify       chan bool
 	removed      chan struct{}
-	lcmu         sync.Mutex
-	leaderChange chan struct{}
-	removedOnce  sync.Once
-	startOnce    sync.Once
-	stop         chan struct{}
-	done         sync.WaitGroup
-	closeErr     error
-	closed       sync.Once
+	leaderChange signal
+	// ready is notified whenever readyTerm changes.
+	ready       signal
+	removedOnce sync.Once
+	startOnce   sync.Once
+	stop        chan struct{}
+	done        sync.WaitGroup
+	closeErr    error
+	closed      sync.Once
 }
 
 // MemberID derives a member's ID from its peer URLs and the cluster token, as
@@ -203,26 +226,31 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger, cfg.LeaseObserver), stop: make(chan struct{}), metrics: newMetrics(),
-		removed: make(chan struct{}), leaderChange: make(chan struct{})}
+		removed: make(chan struct{})}
 
-	bolt, err := openLog(cfg.DataDir)
+	kind, err := chooseLogStore(cfg.DataDir, cfg.LogStore)
 	if err != nil {
-		if errors.Is(err, bbolt.ErrTimeout) {
-			return nil, fmt.Errorf("node: open raft log in %s: another process holds it (is a member already running on this data dir?)", cfg.DataDir)
-		}
-		return nil, fmt.Errorf("node: open raft log %s: %w", cfg.DataDir, err)
+		return nil, fmt.Errorf("node: %w", err)
 	}
-	n.bolt = bolt
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 2, hclog.NewNullLogger())
+	stores, err := openLogStore(cfg.DataDir, kind, raftLogger(cfg, "wal"))
 	if err != nil {
-		bolt.Close()
+		if c := (*CorruptLogError)(nil); errors.As(err, &c) {
+			c.ID = cfg.ID
+			return nil, fmt.Errorf("node: %w", c)
+		}
+		return nil, fmt.Errorf("node: open %s raft log in %s: %w", kind, cfg.DataDir, err)
+	}
+	n.store, n.storeKind = stores, kind
+	snaps, err := openSnapshots(cfg.DataDir, 2, cfg.Logger)
+	if err != nil {
+		stores.Close()
 		return nil, fmt.Errorf("node: open snapshot store: %w", err)
 	}
 	n.snaps = snaps
-	logs, err := raft.NewLogCache(1024, timedLogStore{bolt, n.metrics.fsync})
+	logs, err := raft.NewLogCache(1024, timedLogStore{stores, n.metrics.fsync})
 	n.logs = logs
 	if err != nil {
-		bolt.Close()
+		stores.Close()
 		return nil, fmt.Errorf("node: log cache: %w", err)
 	}
 
@@ -231,15 +259,15 @@ func New(cfg Config) (*Node, error) {
 	rc := raftConfig(cfg, notify)
 
 	if cfg.Bootstrap {
-		has, err := raft.HasExistingState(logs, bolt, snaps)
+		has, err := raft.HasExistingState(logs, stores, snaps)
 		if err != nil {
-			bolt.Close()
+			stores.Close()
 			return nil, fmt.Errorf("node: inspect raft state: %w", err)
 		}
 		if !has {
-			if err := raft.BootstrapCluster(rc, logs, bolt, snaps, n.repl,
+			if err := raft.BootstrapCluster(rc, logs, stores, snaps, n.repl,
 				raft.Configuration{Servers: cfg.InitialMembers}); err != nil {
-				bolt.Close()
+				stores.Close()
 				return nil, fmt.Errorf("node: bootstrap: %w", err)
 			}
 			n.log.Info("bootstrapped new cluster", "members", len(cfg.InitialMembers))
@@ -250,9 +278,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.wrapLog != nil {
 		store = cfg.wrapLog(store)
 	}
-	r, err := raft.NewRaft(rc, n.fsm, earlyLogStore{store, n}, bolt, snaps, n.repl)
+	r, err := raft.NewRaft(rc, n.fsm, earlyLogStore{store, n}, stores, snaps, n.repl)
 	if err != nil {
-		bolt.Close()
+		stores.Close()
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}
 	n.raft = r
@@ -260,15 +288,22 @@ func New(cfg Config) (*Node, error) {
 	n.notify = notify
 	if in, known := n.inConfiguration(); known && !in {
 		r.Shutdown()
-		bolt.Close()
+		stores.Close()
 		return nil, ErrRemoved
 	}
-	// Observations are dropped rather than block raft when the counter lags;
-	// a missed one loses a count, never correctness.
+	// Observations only wake the notifier, which then reads the leader from
+	// raft itself (raft sets its state before it observes). raft drops an
+	// observation rather than block when the channel is full, and then the
+	// ones still queued wake the notifier after the change: none is lost.
+	// State observations count too: a candidate's leader is cleared by
+	// Leader(), not by a LeaderObservation.
 	n.obsCh = make(chan raft.Observation, 16)
 	n.obs = raft.NewObserver(n.obsCh, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.RaftState:
+			return true
+		}
+		return false
 	})
 	r.RegisterObserver(n.obs)
 	if cfg.Metrics != nil {
@@ -289,6 +324,10 @@ func (n *Node) Start() {
 	})
 }
 
+// LogStore is the log store this member opened (LogStoreWAL or
+// LogStoreBoltDB), which its data dir now keeps.
+func (n *Node) LogStore() string { return n.storeKind }
+
 // Close stops raft and closes the stores. If this member leads, it first
 // tries to hand leadership over so clients see no election timeout.
 func (n *Node) Close() error {
@@ -304,7 +343,7 @@ func (n *Node) Close() error {
 			n.closeErr = fmt.Errorf("node: raft shutdown: %w", err)
 		}
 		n.done.Wait()
-		if err := n.bolt.Close(); err != nil && n.closeErr == nil {
+		if err := n.store.Close(); err != nil && n.closeErr == nil {
 			n.closeErr = fmt.Errorf("node: close raft log: %w", err)
 		}
 	})
@@ -350,6 +389,7 @@ func (n *Node) watchLeadership(notify <-chan bool) {
 	var wg sync.WaitGroup
 	stepDown := func() {
 		n.readyTerm.Store(0)
+		n.ready.Notify()
 		if cancel != nil {
 			cancel()
 			wg.Wait()
@@ -401,6 +441,7 @@ func (n *Node) lead(ctx context.Context) {
 		return
 	}
 	n.readyTerm.Store(term)
+	n.ready.Notify()
 	n.log.Info("leading", "term", term, "applied", n.raft.AppliedIndex())
 	n.smu.Lock()
 	services := slices.Clone(n.services)
@@ -445,10 +486,23 @@ func (n *Node) Term() uint64 { return n.raft.CurrentTerm() }
 // IsLeader reports whether this member is the raft leader right now.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
+// ReadyChange returns a channel closed at the next change of whether this
+// member, as leader, has applied every entry of earlier terms (the
+// barrier that starts each term): a caller that found the leader not
+// ready yet waits on it, after taking it and before looking again.
+func (n *Node) ReadyChange() <-chan struct{} { return n.ready.Wait() }
+
+// Ready reports whether this member leads and has applied every entry of
+// earlier terms.
+func (n *Node) Ready() bool {
+	t := n.readyTerm.Load()
+	return t != 0 && t == n.raft.CurrentTerm() && n.raft.State() == raft.Leader
+}
+
 // Leader returns the current leader's member ID and raft (peer) address, or
 // zero and "" when there is none known.
 func (n *Node) Leader() (uint64, string) {
-	addr, sid := n.raft.LeaderWithID()
+	addr, sid := n.leader()
 	if sid == "" {
 		return 0, ""
 	}
@@ -457,6 +511,19 @@ func (n *Node) Leader() (uint64, string) {
 		return 0, ""
 	}
 	return id, string(addr)
+}
+
+// leader is raft's leader, except that a candidate has none. raft 1.7 keeps
+// the leader it last heard from on a candidate that a leadership transfer
+// started (the old leader's appends reach it while it campaigns, and do not
+// turn it back into a follower), so after that leader stops, raft would
+// name it for as long as the election goes on.
+func (n *Node) leader() (raft.ServerAddress, raft.ServerID) {
+	addr, sid := n.raft.LeaderWithID()
+	if n.raft.State() == raft.Candidate {
+		return "", ""
+	}
+	return addr, sid
 }
 
 // Raft exposes raft indexes and stats for status reporting.
@@ -497,9 +564,28 @@ func (n *Node) ProposeEncoded(ctx context.Context, data []byte) (any, error) {
 	return n.propose(ctx, fsm.Op(data[1]), data)
 }
 
+// SetGate installs the gate every proposal passes (nil: none). Set it
+// before Start.
+func (n *Node) SetGate(g Gate) {
+	if g == nil {
+		n.gate.Store(nil)
+		return
+	}
+	n.gate.Store(&g)
+}
+
 func (n *Node) propose(ctx context.Context, op fsm.Op, data []byte) (any, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if g := n.gate.Load(); g != nil {
+		release, err := (*g).Admit(ctx, op, data)
+		if err != nil {
+			return nil, err
+		}
+		// raft's future resolves only once the entry applied here or the
+		// proposal failed (leadership lost, shutdown): Gate's contract.
+		defer release()
 	}
 	start := time.Now()
 	n.metrics.proposals.Inc()
@@ -617,15 +703,22 @@ func (n *Node) verifyOnce() error {
 	if n.readyTerm.Load() != term {
 		// A fresh leader that has not applied its predecessors' entries yet
 		// cannot answer; wait briefly for its barrier rather than fail.
-		deadline := time.Now().Add(n.cfg.ElectionTimeout)
-		for n.readyTerm.Load() != n.raft.CurrentTerm() {
+		deadline := time.NewTimer(n.cfg.ElectionTimeout)
+		defer deadline.Stop()
+		for {
+			ready, changed := n.ready.Wait(), n.leaderChange.Wait()
+			if n.readyTerm.Load() == n.raft.CurrentTerm() {
+				break
+			}
 			if n.raft.State() != raft.Leader {
 				return ErrNotLeader
 			}
-			if time.Now().After(deadline) {
+			select {
+			case <-ready:
+			case <-changed:
+			case <-deadline.C:
 				return rpctypes.ErrGRPCTimeout
 			}
-			time.Sleep(2 * time.Millisecond)
 		}
 		term = n.raft.CurrentTerm()
 	}
@@ -916,10 +1009,16 @@ func raftConfig(cfg Config, notify chan bool) *raft.Config {
 	rc.MaxAppendEntries = 512
 	rc.BatchApplyCh = true
 	rc.NotifyCh = notify
+	rc.Logger = raftLogger(cfg, "raft")
+	return rc
+}
+
+// raftLogger is where hashicorp's libraries (raft, raft-wal) write their
+// warnings: cfg.RaftLog, or stderr.
+func raftLogger(cfg Config, name string) hclog.Logger {
 	out := cfg.RaftLog
 	if out == nil {
 		out = os.Stderr
 	}
-	rc.Logger = hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: out})
-	return rc
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: out})
 }

@@ -5,17 +5,23 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// HTTPHandler serves /health (etcd's JSON form), /livez, /readyz and
-// /metrics, the last from metrics (nil serves an empty set), and with
-// profiles Go's /debug/pprof/.
-func (s *Server) HTTPHandler(metrics prometheus.Gatherer, profiles bool) http.Handler {
+// HTTPHandler serves /health (etcd's JSON form), /livez, /readyz,
+// /version and /metrics, the last from metrics (nil serves an empty set),
+// etcd's JSON gateway under /v3/ when gateway is set (see NewGateway), and
+// with profiles Go's /debug/pprof/.
+func (s *Server) HTTPHandler(metrics prometheus.Gatherer, profiles bool, gateway http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	if gateway != nil {
+		mux.Handle("/v3/", gateway)
+	}
+	mux.HandleFunc("/version", serveVersion)
 	if profiles {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -49,12 +55,27 @@ func (s *Server) HTTPHandler(metrics prometheus.Gatherer, profiles bool) http.Ha
 		if err := s.ready(r.Context()); err != nil {
 			h = health{Health: "false", Reason: err.Error()}
 			code = http.StatusServiceUnavailable
+		} else if a := s.alarm(r.URL.Query()["exclude"]); a != "" {
+			// As etcd: a raised alarm makes the member unhealthy unless the
+			// caller excludes its type (/health?exclude=NOSPACE).
+			h = health{Health: "false", Reason: "ALARM " + a}
+			code = http.StatusServiceUnavailable
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
 		json.NewEncoder(w).Encode(h)
 	})
-	return mux
+	return withCORS(mux)
+}
+
+// alarm names the first raised alarm whose type is not in exclude, or "".
+func (s *Server) alarm(exclude []string) string {
+	for _, a := range s.node.FSM().Alarms() {
+		if !slices.Contains(exclude, a.Alarm.String()) {
+			return a.Alarm.String()
+		}
+	}
+	return ""
 }
 
 // ready reports whether this member can serve a linearizable request now:

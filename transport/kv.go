@@ -4,6 +4,7 @@ import (
 	"context"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/kv"
@@ -14,6 +15,9 @@ type kvService struct{ s *Server }
 func (k *kvService) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeResponse, error) {
 	if err := kv.CheckRange(r); err != nil {
 		return nil, err
+	}
+	if k.s.corrupt() {
+		return nil, rpctypes.ErrGRPCCorrupt
 	}
 	var resp *pb.RangeResponse
 	var err error

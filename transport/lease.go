@@ -40,9 +40,6 @@ func (l *leaseService) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) 
 	if r.TTL > lease.MaxTTL {
 		return nil, rpctypes.ErrGRPCLeaseTTLTooLarge
 	}
-	if r.ID < 0 {
-		return nil, rpctypes.ErrGRPCLeaseNotFound
-	}
 	req := &pb.LeaseGrantRequest{ID: r.ID, TTL: max(r.TTL, l.s.minTTL)}
 	for attempt := 0; ; attempt++ {
 		if r.ID == 0 {

@@ -3,7 +3,10 @@ package transport
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"io"
+	"net/url"
+	"slices"
 
 	"github.com/hashicorp/raft"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -12,6 +15,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/kv"
 )
 
 // APIVersion is the etcd API version corenode reports in Status; clients
@@ -20,10 +26,82 @@ const APIVersion = "3.6.0"
 
 type maintenanceService struct{ s *Server }
 
+// Alarm lists the raised alarms (GET, answered once this member has applied
+// everything committed before the call) or raises or clears one through
+// raft, as etcd does; `etcdctl alarm disarm` clears each listed alarm.
 func (m *maintenanceService) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	// corenode raises no alarms: its state lives in memory and its log is
-	// truncated by snapshots, so there is no database quota to exceed.
-	return &pb.AlarmResponse{Header: m.s.header(nil)}, nil
+	if r.Action != pb.AlarmRequest_GET {
+		resp, err := propose[*pb.AlarmResponse](m.s, ctx, fsm.OpAlarm, r)
+		if err != nil {
+			return nil, mapErr(ctx, err)
+		}
+		resp.Header = m.s.header(resp.Header)
+		return resp, nil
+	}
+	alarms, err := linearizable(m.s, ctx, func() ([]*pb.AlarmMember, error) { return m.s.node.FSM().Alarms(), nil })
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	resp := &pb.AlarmResponse{Header: m.s.header(nil)}
+	for _, a := range alarms {
+		if r.MemberID == 0 || r.MemberID == a.MemberID {
+			resp.Alarms = append(resp.Alarms, a)
+		}
+	}
+	return resp, nil
+}
+
+// corrupt reports whether the corruption check has named this member: its
+// state differs from the majority's, so it answers no read from it.
+func (s *Server) corrupt() bool {
+	return s.node.FSM().HasAlarm(s.node.ID(), pb.AlarmType_CORRUPT)
+}
+
+// RaiseAlarm raises an alarm of type t for member id through raft and
+// returns once it has applied here.
+func (s *Server) RaiseAlarm(ctx context.Context, id uint64, t pb.AlarmType) error {
+	req := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: id, Alarm: t}
+	_, err := propose[*pb.AlarmResponse](s, ctx, fsm.OpAlarm, req)
+	return err
+}
+
+// PeerHashKV asks member id, over the peer port, for its hash of the key
+// space at rev (see Maintenance.HashKV).
+func (s *Server) PeerHashKV(ctx context.Context, id uint64, rev int64) (kv.KVHash, error) {
+	members, err := s.node.Members()
+	if err != nil {
+		return kv.KVHash{}, err
+	}
+	i := slices.IndexFunc(members, func(m *pb.Member) bool { return m.ID == id && len(m.PeerURLs) > 0 })
+	if i < 0 {
+		return kv.KVHash{}, fmt.Errorf("transport: member %x has no peer URL", id)
+	}
+	u, err := url.Parse(members[i].PeerURLs[0])
+	if err != nil {
+		return kv.KVHash{}, fmt.Errorf("transport: member %x peer URL: %w", id, err)
+	}
+	conn, err := s.peerConn(u.Host)
+	if err != nil {
+		return kv.KVHash{}, err
+	}
+	resp, err := pb.NewMaintenanceClient(conn).HashKV(ctx, &pb.HashKVRequest{Revision: rev})
+	if err != nil {
+		return kv.KVHash{}, err
+	}
+	return kv.KVHash{Hash: resp.Hash, Revision: resp.HashRevision, CompactRevision: resp.CompactRevision}, nil
+}
+
+// raiseNoSpace raises this member's NOSPACE alarm, once: a write refused
+// for the quota tells every member to refuse writes that add data.
+func (s *Server) raiseNoSpace(ctx context.Context) {
+	f := s.node.FSM()
+	if f.HasAlarm(0, pb.AlarmType_NOSPACE) {
+		return
+	}
+	s.log.Warn("space quota exceeded: raising the NOSPACE alarm", "state-bytes", f.Store().Size(), "quota-bytes", s.limits.QuotaBackendBytes)
+	if err := s.RaiseAlarm(ctx, s.node.ID(), pb.AlarmType_NOSPACE); err != nil {
+		s.log.Warn("raising the NOSPACE alarm failed; the next refused write tries again", "err", err)
+	}
 }
 
 func (m *maintenanceService) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
@@ -44,6 +122,9 @@ func (m *maintenanceService) Status(ctx context.Context, r *pb.StatusRequest) (*
 	if leader == 0 {
 		resp.Errors = append(resp.Errors, "etcdserver: no leader")
 	}
+	for _, a := range n.FSM().Alarms() {
+		resp.Errors = append(resp.Errors, a.String())
+	}
 	if rf.State() == raft.Shutdown {
 		resp.Errors = append(resp.Errors, "etcdserver: server stopped")
 	}
@@ -57,11 +138,22 @@ func (m *maintenanceService) Defragment(ctx context.Context, r *pb.DefragmentReq
 }
 
 func (m *maintenanceService) Hash(ctx context.Context, r *pb.HashRequest) (*pb.HashResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "corenode: Hash is not implemented")
+	h, rev, err := m.s.node.FSM().Hash()
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	return &pb.HashResponse{Header: m.s.header(&pb.ResponseHeader{Revision: rev}), Hash: h}, nil
 }
 
+// HashKV answers from this member's own state, as etcd's does, so that
+// `etcdctl endpoint hashkv --cluster` compares the members.
 func (m *maintenanceService) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "corenode: HashKV is not implemented")
+	store := m.s.node.Store()
+	h, err := store.HashKV(r.Revision)
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	return &pb.HashKVResponse{Header: m.s.header(nil), Hash: h.Hash, CompactRevision: h.CompactRevision, HashRevision: h.Revision}, nil
 }
 
 // Snapshot streams the leader's state, taken after a leadership check so it

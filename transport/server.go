@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"reflect"
 	"strings"
@@ -22,9 +23,11 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/corenode/corenode/api/cachepb"
 	"github.com/corenode/corenode/checkpoint"
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/node"
+	"github.com/corenode/corenode/readlease"
 )
 
 // forwardedKey marks a request a member forwarded to the leader. The leader
@@ -46,6 +49,8 @@ type Server struct {
 	grace time.Duration
 
 	token string
+	// progressInterval is the watch progress notification period.
+	progressInterval time.Duration
 
 	cmu   sync.Mutex
 	conns map[string]*grpc.ClientConn // by leader peer address
@@ -59,6 +64,7 @@ type Server struct {
 	leaseMetrics *checkpoint.Metrics
 	keepAlive    kaForwarder
 	proposals    proposalForwarder
+	readLeases   *readlease.Manager
 }
 
 // NewServer returns the services for n.
@@ -69,7 +75,7 @@ func NewServer(n *node.Node, peers *PeerMux, limits Limits, electionTimeout time
 	if limits.MaxTxnOps == 0 {
 		limits.MaxTxnOps = 128
 	}
-	return &Server{
+	s := &Server{
 		node:           n,
 		peers:          peers,
 		limits:         limits,
@@ -78,6 +84,8 @@ func NewServer(n *node.Node, peers *PeerMux, limits Limits, electionTimeout time
 		grace:          electionTimeout,
 		conns:          map[string]*grpc.ClientConn{},
 	}
+	s.progressInterval = DefaultProgressNotifyInterval
+	return s
 }
 
 // Register adds the client-facing services to g. Members also serve them on
@@ -89,6 +97,9 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterMaintenanceServer(g, &maintenanceService{s})
 	if s.leases != nil {
 		pb.RegisterLeaseServer(g, &leaseService{s})
+	}
+	if s.readLeases != nil {
+		cachepb.RegisterCacheServer(g, &cacheService{s: s})
 	}
 }
 
@@ -142,6 +153,7 @@ func (s *Server) withTimeout(ctx context.Context) (context.Context, context.Canc
 // waiting a little for an election to finish.
 func (s *Server) leaderConn(ctx context.Context) (*grpc.ClientConn, error) {
 	for {
+		changed := s.node.LeaderChange()
 		id, addr := s.node.Leader()
 		if id == s.node.ID() && s.node.IsLeader() {
 			return nil, nil
@@ -152,7 +164,7 @@ func (s *Server) leaderConn(ctx context.Context) (*grpc.ClientConn, error) {
 		select {
 		case <-ctx.Done():
 			return nil, rpctypes.ErrGRPCNoLeader
-		case <-time.After(10 * time.Millisecond):
+		case <-changed:
 		}
 	}
 }
@@ -168,7 +180,9 @@ func (s *Server) peerConn(addr string) (*grpc.ClientConn, error) {
 		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
 			return s.peers.DialGRPC(ctx, a)
 		}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMsgSize), grpc.MaxCallSendMsgSize(maxMsgSize)),
+		// A forwarded request is bounded by --max-request-bytes; its answer
+		// (a Txn's ranges) by nothing, as a client's answer is not.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(maxMsgSize)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("transport: connect to leader %s: %w", addr, err)
@@ -216,18 +230,23 @@ func onLeader[T any](s *Server, ctx context.Context, idempotent bool,
 			// The sender retries against whoever leads now.
 			return zero, rpctypes.ErrGRPCNotLeader
 		}
-		changed := s.node.LeaderChange()
+		changed, ready := s.node.LeaderChange(), s.node.ReadyChange()
 		conn, err := s.leaderConn(ctx)
 		if err != nil {
 			return zero, err
 		}
 		if conn == nil {
 			// This member leads but could not serve yet (a fresh leader
-			// before its barrier); give it a moment.
+			// before its barrier): try again once it is ready, or once
+			// leadership moved.
+			if s.node.Ready() {
+				continue
+			}
 			select {
 			case <-ctx.Done():
 				return zero, mapErr(ctx, ctx.Err())
-			case <-time.After(5 * time.Millisecond):
+			case <-ready:
+			case <-changed:
 			}
 			continue
 		}
@@ -362,6 +381,10 @@ func propose[T fsm.Message](s *Server, ctx context.Context, op fsm.Op, msg fsm.M
 	if msg.Size() > s.limits.MaxRequestBytes {
 		return zero, rpctypes.ErrGRPCRequestTooLarge
 	}
+	if s.node.FSM().OverQuota(op, msg, s.limits.QuotaBackendBytes) {
+		s.raiseNoSpace(ctx)
+		return zero, rpctypes.ErrGRPCNoSpace
+	}
 	var cmd []byte
 	return onLeader(s, ctx, false, func(ctx context.Context) (T, error) {
 		s.proposals.retire(s.grace)
@@ -491,4 +514,50 @@ func (s *Server) askReadIndex() (uint64, error) {
 		return 0, err
 	}
 	return resp.RaftAppliedIndex, nil
+}
+
+// requireLeader serves clientv3.WithRequireLeader, as etcd does: a stream
+// whose client asked for a leader is refused with ErrGRPCNoLeader when this
+// member has none, and the returned channel is closed once the member has
+// been without a leader for an election timeout, so the client moves to a
+// member that can hear the cluster instead of waiting on one cut off from
+// it. For other streams the channel is nil (never closed).
+func (s *Server) requireLeader(ctx context.Context) (<-chan struct{}, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(rpctypes.MetadataRequireLeaderKey); len(v) == 0 || v[0] != rpctypes.MetadataHasLeader {
+		return nil, nil
+	}
+	if id, _ := s.node.Leader(); id == 0 {
+		return nil, rpctypes.ErrGRPCNoLeader
+	}
+	lost := make(chan struct{})
+	go func() {
+		for {
+			// Taken before the leader is looked at, so no change is missed.
+			changed := s.node.LeaderChange()
+			if id, _ := s.node.Leader(); id == 0 {
+				t := time.NewTimer(s.grace)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-changed:
+					t.Stop()
+					continue
+				case <-t.C:
+				}
+				if id, _ := s.node.Leader(); id == 0 {
+					close(lost)
+					return
+				}
+				continue
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
+		}
+	}()
+	return lost, nil
 }

@@ -13,6 +13,9 @@ type Limits struct {
 	MaxRequestBytes int
 	// MaxTxnOps bounds the compares and the ops of each Txn branch (--max-txn-ops).
 	MaxTxnOps int
+	// QuotaBackendBytes bounds the store's state (--quota-backend-bytes,
+	// see fsm.OverQuota); 0 or less is no quota.
+	QuotaBackendBytes int64
 }
 
 // Requests are checked here, before they reach Raft, with the same errors

@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,10 +20,20 @@ import (
 // slow client can pin.
 const watchBuffer = 1024
 
-// ProgressNotifyInterval is how often watchers that asked for progress
-// notifications hear the current revision when nothing else was sent, as
-// etcd's --experimental-watch-progress-notify-interval (default 10 min).
-var ProgressNotifyInterval = 10 * time.Minute
+// DefaultProgressNotifyInterval is etcd's default for
+// --watch-progress-notify-interval.
+const DefaultProgressNotifyInterval = 10 * time.Minute
+
+// SetWatchProgressNotifyInterval sets how often watchers that asked for
+// progress notifications hear the current revision when nothing else was
+// sent to them (etcd's --watch-progress-notify-interval). Zero or less
+// means the default. Call it before the server serves.
+func (s *Server) SetWatchProgressNotifyInterval(d time.Duration) {
+	if d <= 0 {
+		d = DefaultProgressNotifyInterval
+	}
+	s.progressInterval = d
+}
 
 type watchService struct{ s *Server }
 
@@ -36,6 +47,9 @@ type watchStream struct {
 	stream pb.Watch_WatchServer
 	out    chan *watchOut
 	kick   chan struct{}
+	// room is poked by the send loop when the queue is at most half full,
+	// which is what resyncLoop waits for.
+	room chan struct{}
 
 	mu       sync.Mutex
 	nextID   int64
@@ -54,12 +68,17 @@ type watchState struct {
 }
 
 func (w *watchService) Watch(stream pb.Watch_WatchServer) error {
+	lost, err := w.s.requireLeader(stream.Context())
+	if err != nil {
+		return err
+	}
 	ws := &watchStream{
 		s:        w.s,
 		store:    w.s.node.Store(),
 		stream:   stream,
 		out:      make(chan *watchOut, watchBuffer),
 		kick:     make(chan struct{}, 1),
+		room:     make(chan struct{}, 1),
 		watchers: map[kv.WatchID]*watchState{},
 		unsynced: map[kv.WatchID]struct{}{},
 	}
@@ -69,13 +88,39 @@ func (w *watchService) Watch(stream pb.Watch_WatchServer) error {
 	go func() { sendErr <- ws.sendLoop(ctx) }()
 	go ws.resyncLoop(ctx)
 	go ws.progressLoop(ctx)
-	recvErr := ws.recvLoop(ctx)
+	// The receive loop runs on its own: returning from this handler is
+	// what ends a Recv blocked on a client that sends nothing more.
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- ws.recvLoop(ctx) }()
+	var result error
+	select {
+	case result = <-recvErr:
+		if errors.Is(result, io.EOF) {
+			// The client half-closed: it sends nothing more but still
+			// listens, as etcd's JSON gateway does once it has forwarded
+			// the request body. As in etcd, the watchers live on until the
+			// client cancels the stream or the connection ends (both end
+			// ctx), sending fails, or the member loses its leader.
+			select {
+			case <-ctx.Done():
+				result = ctx.Err()
+			case err := <-sendErr:
+				sendErr <- err
+			case <-lost:
+				result = rpctypes.ErrGRPCNoLeader
+			}
+		}
+	case <-lost:
+		result = rpctypes.ErrGRPCNoLeader
+	case err := <-sendErr:
+		sendErr <- err
+	}
 	ws.cancelAll()
 	cancel()
-	if err := <-sendErr; err != nil && !errors.Is(err, context.Canceled) {
+	if err := <-sendErr; err != nil && !errors.Is(err, context.Canceled) && result != rpctypes.ErrGRPCNoLeader {
 		return err
 	}
-	return recvErr
+	return result
 }
 
 func (ws *watchStream) header(rev int64) *pb.ResponseHeader {
@@ -133,6 +178,12 @@ func (ws *watchStream) sendLoop(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case o := <-ws.out:
+			if len(ws.out) <= watchBuffer/2 {
+				select {
+				case ws.room <- struct{}{}:
+				default:
+				}
+			}
 			if o.resp != nil {
 				if err := ws.stream.Send(o.resp); err != nil {
 					return err
@@ -159,10 +210,13 @@ func (ws *watchStream) resyncLoop(ctx context.Context) {
 		}
 		for {
 			for len(ws.out) > watchBuffer/2 {
+				// The send loop pokes room after it takes a message and
+				// leaves the queue at most half full; a poke left from
+				// before is harmless, the length is looked at again.
 				select {
 				case <-ctx.Done():
 					return
-				case <-time.After(5 * time.Millisecond):
+				case <-ws.room:
 				}
 			}
 			ws.mu.Lock()
@@ -187,7 +241,7 @@ func (ws *watchStream) resyncLoop(ctx context.Context) {
 }
 
 func (ws *watchStream) progressLoop(ctx context.Context) {
-	t := time.NewTicker(ProgressNotifyInterval)
+	t := time.NewTicker(ws.s.progressInterval)
 	defer t.Stop()
 	for {
 		select {
@@ -278,10 +332,10 @@ func (ws *watchStream) create(ctx context.Context, r *pb.WatchCreateRequest) {
 			Created: true, Canceled: true, CancelReason: "mvcc: duplicate watch ID provided on the WatchStream"})
 		return
 	}
-	if len(r.Key) == 0 {
+	if err := kv.ValidateWatch(r.Key, r.RangeEnd, r.StartRevision); err != nil {
 		ws.mu.Unlock()
 		ws.enqueue(ctx, &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: -1,
-			Created: true, Canceled: true, CancelReason: rpctypes.ErrGRPCEmptyKey.Error()})
+			Created: true, Canceled: true, CancelReason: rpctypes.ErrorDesc(err)})
 		return
 	}
 	ws.watchers[id] = &watchState{progress: r.ProgressNotify}
@@ -301,9 +355,12 @@ func (ws *watchStream) create(ctx context.Context, r *pb.WatchCreateRequest) {
 	}
 	if err := ws.store.Watch(wr); err != nil {
 		ws.forget(id)
-		resp := &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: int64(id), Canceled: true, CancelReason: err.Error()}
+		resp := &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: int64(id), Canceled: true}
 		if errors.Is(err, rpctypes.ErrGRPCCompacted) {
+			// As etcd: the compact revision says why, and no reason is given.
 			resp.CompactRevision = ws.store.CompactRev()
+		} else {
+			resp.CancelReason = rpctypes.ErrorDesc(err)
 		}
 		ws.enqueue(ctx, resp)
 	}

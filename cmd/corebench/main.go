@@ -32,6 +32,8 @@ type command struct {
 var commands = []command{
 	{"put", "Put random keys (etcd's `benchmark put`)", setupPut},
 	{"range", "Range one key, --consistency l (linearizable) or s (serializable)", setupRange},
+	{"cached-range", "Range one key through a client-side cache: --cache corenode (read leases) or leasing (etcd's client/v3/leasing)", setupCachedRange},
+	{"cached-put", "one writer puts a key that --holders caches read (and --dead-holder holds without answering): the write's cost of read leases", setupCachedPut},
 	{"txn-put", "Txn with --txn-ops puts and no compares (etcd's `benchmark txn-put`)", setupTxnPut},
 	{"lease-grant", "LeaseGrant", setupLeaseGrant},
 	{"lease-keepalive", "KeepAliveOnce on pre-granted leases (etcd's `benchmark lease-keepalive`)", setupLeaseKeepAlive},

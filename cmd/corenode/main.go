@@ -5,9 +5,12 @@
 //	corenode --name a ...         a member of a larger cluster (etcd's flags)
 //	corenode health [--endpoint]  exit 0 if the member answers /health true
 //	corenode snapshot restore F   seed a new cluster member from `etcdctl snapshot save` output
+//	corenode lock NAME -- CMD     run CMD only while holding the lock NAME
+//	corenode elect NAME V -- CMD  run CMD only while leading the election NAME with value V
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -27,6 +30,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/corenode/corenode/member"
+	"github.com/corenode/corenode/node"
+	"github.com/corenode/corenode/transport"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -39,6 +44,8 @@ func main() {
 			os.Exit(health(os.Args[2:]))
 		case "snapshot":
 			os.Exit(snapshot(os.Args[2:]))
+		case "lock", "elect":
+			os.Exit(hold(os.Args[1], os.Args[2:]))
 		case "version", "--version":
 			fmt.Println("corenode", version)
 			return
@@ -57,12 +64,18 @@ type options struct {
 	initialCluster, initialState, initialToken string
 	heartbeatMS, electionMS, commitNotifyMS    int
 	snapshotCount                              uint64
+	logStore                                   string
 	maxRequestBytes, maxTxnOps                 int
 	logLevel                                   string
 	leaseCheckpointMS, leaseTickMS             int
 	leaseBatch                                 int
 	clientTLS, peerTLS                         member.TLSInfo
 	enablePprof                                bool
+	watchProgressNotify                        time.Duration
+	quotaBackendBytes                          int64
+	corruptCheck                               time.Duration
+	readLease                                  time.Duration
+	readLeaseMaxKeys, readLeaseMaxHolders      int
 }
 
 func newFlagSet(o *options) *flag.FlagSet {
@@ -80,12 +93,22 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.electionMS, "election-timeout", 1000, "time (in milliseconds) for an election to timeout")
 	fs.IntVar(&o.commitNotifyMS, "commit-notify-interval", 0, "time (in milliseconds) between the empty appends an idle leader sends each follower (0: 50, or --heartbeat-interval if lower); followers hear of new commits from the leader within about a millisecond regardless")
 	fs.Uint64Var(&o.snapshotCount, "snapshot-count", 10000, "number of committed entries that triggers a snapshot and log truncation")
+	fs.StringVar(&o.logStore, "log-store", "", "raft log store, "+node.LogStoreWAL+" or "+node.LogStoreBoltDB+
+		" (default: the one the data dir holds; "+node.DefaultLogStore+" for a new data dir); a data dir keeps the store it was created with")
 	fs.IntVar(&o.maxRequestBytes, "max-request-bytes", 1536*1024, "maximum client request size in bytes")
 	fs.IntVar(&o.maxTxnOps, "max-txn-ops", 128, "maximum number of operations in each branch of a txn")
 	fs.BoolVar(&o.enablePprof, "enable-pprof", false, "serve Go's runtime profiles under /debug/pprof/ on the client URLs")
 	fs.IntVar(&o.leaseCheckpointMS, "lease-checkpoint-after", 1000, "milliseconds a lease goes without keep-alive before the leader checkpoints its remaining TTL; bounds how far a leader change extends it")
 	fs.IntVar(&o.leaseTickMS, "lease-tick", 100, "milliseconds between the leader's lease-clock ticks and checkpoint batches")
 	fs.IntVar(&o.leaseBatch, "lease-checkpoint-batch", 1000, "most leases in one checkpoint or expiry entry")
+	fs.DurationVar(&o.watchProgressNotify, "watch-progress-notify-interval", transport.DefaultProgressNotifyInterval, "how often a watcher that asked for progress notifications hears the current revision when it heard nothing else")
+	fs.DurationVar(&o.watchProgressNotify, "experimental-watch-progress-notify-interval", transport.DefaultProgressNotifyInterval, "deprecated: etcd 3.5's name of --watch-progress-notify-interval")
+	fs.Int64Var(&o.quotaBackendBytes, "quota-backend-bytes", 0, "space quota of the state in bytes (0: 2 GiB, as etcd; negative: none); past it writes that add data are refused and a NOSPACE alarm is raised")
+	fs.DurationVar(&o.corruptCheck, "corrupt-check-time", time.Minute, "how often the leader compares the members' hashes of the key space and raises a CORRUPT alarm for a member whose data differs from the majority's (0: never; etcd's default is 0)")
+	fs.DurationVar(&o.corruptCheck, "experimental-corrupt-check-time", time.Minute, "deprecated: etcd 3.5's name of --corrupt-check-time")
+	fs.DurationVar(&o.readLease, "read-lease-duration", member.DefaultReadLeaseDuration, "read lease the leader grants to client/cache sessions: longer serves more reads from memory, and makes a write to a key whose holder died wait longer (at most this long); 0 grants none")
+	fs.IntVar(&o.readLeaseMaxKeys, "read-lease-max-keys", member.DefaultReadLeaseMaxKeys, "read leases the leader holds at once, over every key and holder; past it, reads are answered without a lease")
+	fs.IntVar(&o.readLeaseMaxHolders, "read-lease-max-holders-per-key", member.DefaultReadLeaseMaxHoldersPerKey, "read-lease holders of one key; past it, reads of the key are answered without a lease")
 	fs.StringVar(&o.clientTLS.CertFile, "cert-file", "", "path to the client server TLS cert file (for https:// client URLs)")
 	fs.StringVar(&o.clientTLS.KeyFile, "key-file", "", "path to the client server TLS key file")
 	fs.StringVar(&o.clientTLS.TrustedCAFile, "trusted-ca-file", "", "path to the CA bundle that signs client certificates")
@@ -96,8 +119,9 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.peerTLS.ClientCertAuth, "peer-client-cert-auth", false, "refuse peers without a certificate signed by --peer-trusted-ca-file")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: corenode [flags]\n       corenode health [--endpoint URL] [--cacert F --cert F --key F]\n"+
+		fmt.Fprint(fs.Output(), "Usage: corenode [flags]\n       corenode health [--endpoint URL] [--cacert F --cert F --key F]\n"+
 			"       corenode snapshot restore FILE --name N --data-dir D --initial-cluster C --initial-advertise-peer-urls U\n"+
+			"       "+holdSynopsis("lock")+"\n       "+holdSynopsis("elect")+"\n"+
 			"       corenode version\n\n"+
 			"Every flag can also be set by an environment variable CORENODE_<FLAG>, e.g. CORENODE_DATA_DIR;\n"+
 			"a flag given on the command line wins.\n\nFlags:\n")
@@ -168,33 +192,52 @@ func run(args []string) error {
 	if o.commitNotifyMS < 1 || o.commitNotifyMS > o.heartbeatMS {
 		return fmt.Errorf("--commit-notify-interval (%d ms) must be between 1 and --heartbeat-interval (%d ms)", o.commitNotifyMS, o.heartbeatMS)
 	}
+	if o.readLease < 0 {
+		return fmt.Errorf("--read-lease-duration (%s) must not be negative", o.readLease)
+	}
+	if o.readLeaseMaxKeys <= 0 || o.readLeaseMaxHolders <= 0 {
+		return fmt.Errorf("--read-lease-max-keys (%d) and --read-lease-max-holders-per-key (%d) must be positive", o.readLeaseMaxKeys, o.readLeaseMaxHolders)
+	}
+	if o.corruptCheck < 0 {
+		return fmt.Errorf("--corrupt-check-time (%s) must not be negative", o.corruptCheck)
+	}
+	if o.watchProgressNotify <= 0 {
+		return fmt.Errorf("--watch-progress-notify-interval (%s) must be positive", o.watchProgressNotify)
+	}
 	if o.electionMS < 5*o.heartbeatMS {
 		return fmt.Errorf("--election-timeout (%d ms) should be at least 5 times --heartbeat-interval (%d ms)", o.electionMS, o.heartbeatMS)
 	}
 	m, err := member.Start(member.Config{
-		Name:                     o.name,
-		DataDir:                  o.dataDir,
-		ListenClientURLs:         splitURLs(o.listenClient),
-		AdvertiseClientURLs:      splitURLs(o.advertiseClient),
-		ListenPeerURLs:           splitURLs(o.listenPeer),
-		InitialAdvertisePeerURLs: splitURLs(o.advertisePeer),
-		InitialCluster:           o.initialCluster,
-		InitialClusterState:      o.initialState,
-		InitialClusterToken:      o.initialToken,
-		HeartbeatInterval:        time.Duration(o.heartbeatMS) * time.Millisecond,
-		ElectionTimeout:          time.Duration(o.electionMS) * time.Millisecond,
-		CommitNotifyInterval:     time.Duration(o.commitNotifyMS) * time.Millisecond,
-		SnapshotCount:            o.snapshotCount,
-		MaxRequestBytes:          o.maxRequestBytes,
-		MaxTxnOps:                o.maxTxnOps,
-		EnablePprof:              o.enablePprof,
-		Logger:                   logger,
-		Metrics:                  prometheus.DefaultRegisterer,
-		LeaseCheckpointAfter:     time.Duration(o.leaseCheckpointMS) * time.Millisecond,
-		LeaseTick:                time.Duration(o.leaseTickMS) * time.Millisecond,
-		LeaseBatch:               o.leaseBatch,
-		ClientTLS:                o.clientTLS,
-		PeerTLS:                  o.peerTLS,
+		Name:                      o.name,
+		DataDir:                   o.dataDir,
+		ListenClientURLs:          splitURLs(o.listenClient),
+		AdvertiseClientURLs:       splitURLs(o.advertiseClient),
+		ListenPeerURLs:            splitURLs(o.listenPeer),
+		InitialAdvertisePeerURLs:  splitURLs(o.advertisePeer),
+		InitialCluster:            o.initialCluster,
+		InitialClusterState:       o.initialState,
+		InitialClusterToken:       o.initialToken,
+		HeartbeatInterval:         time.Duration(o.heartbeatMS) * time.Millisecond,
+		ElectionTimeout:           time.Duration(o.electionMS) * time.Millisecond,
+		CommitNotifyInterval:      time.Duration(o.commitNotifyMS) * time.Millisecond,
+		SnapshotCount:             o.snapshotCount,
+		LogStore:                  o.logStore,
+		MaxRequestBytes:           o.maxRequestBytes,
+		MaxTxnOps:                 o.maxTxnOps,
+		EnablePprof:               o.enablePprof,
+		Logger:                    logger,
+		Metrics:                   prometheus.DefaultRegisterer,
+		LeaseCheckpointAfter:      time.Duration(o.leaseCheckpointMS) * time.Millisecond,
+		LeaseTick:                 time.Duration(o.leaseTickMS) * time.Millisecond,
+		LeaseBatch:                o.leaseBatch,
+		WatchProgressNotify:       o.watchProgressNotify,
+		QuotaBackendBytes:         o.quotaBackendBytes,
+		CorruptCheckTime:          o.corruptCheck,
+		ReadLeaseDuration:         cmp.Or(o.readLease, -1), // the flag's 0 is none; the config's is the default
+		ReadLeaseMaxKeys:          o.readLeaseMaxKeys,
+		ReadLeaseMaxHoldersPerKey: o.readLeaseMaxHolders,
+		ClientTLS:                 o.clientTLS,
+		PeerTLS:                   o.peerTLS,
 	})
 	if err != nil {
 		return err
@@ -305,6 +348,7 @@ func snapshot(args []string) int {
 	initialCluster := fs.String("initial-cluster", "", "the new cluster, name=peer-url,... (default \"${name}=${initial-advertise-peer-urls}\")")
 	token := fs.String("initial-cluster-token", "corenode-cluster", "token of the new cluster")
 	advertise := fs.String("initial-advertise-peer-urls", "http://127.0.0.1:2380", "this member's peer URL in the new cluster")
+	logStore := fs.String("log-store", node.DefaultLogStore, "raft log store to create, "+node.LogStoreWAL+" or "+node.LogStoreBoltDB+"; the member started on the data dir keeps it")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -323,7 +367,7 @@ func snapshot(args []string) int {
 	}
 	stats, err := member.Restore(member.RestoreConfig{
 		SnapshotFile: file, Name: *name, DataDir: *dataDir, InitialCluster: *initialCluster,
-		InitialClusterToken: *token, InitialAdvertisePeerURLs: splitURLs(*advertise),
+		InitialClusterToken: *token, InitialAdvertisePeerURLs: splitURLs(*advertise), LogStore: *logStore,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {

@@ -269,6 +269,10 @@ func (c *Cluster) Stop(i int) {
 	c.Members[i] = nil
 }
 
+// Config is member i's configuration as Restart starts it, without
+// listeners: a test that starts the member itself binds its own.
+func (c *Cluster) Config(i int) member.Config { return c.cfgs[i] }
+
 // Restart starts member i again on its data dir and addresses.
 func (c *Cluster) Restart(i int) {
 	c.t.Helper()
@@ -284,4 +288,40 @@ func (c *Cluster) Restart(i int) {
 		time.Sleep(100 * time.Millisecond) // the old listener may linger briefly
 	}
 	c.t.Fatalf("restart member %d: %v", i, err)
+}
+
+// Eventually waits up to timeout for cond to hold, checking it every few
+// milliseconds, and fails the test with msg if it never does. It is for
+// the few facts of a real cluster that no channel announces (a watcher
+// gone after its client left, say); where a channel can say it happened,
+// wait on the channel instead.
+func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", timeout, msg)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// CatchUp waits until every running member has applied what member from
+// has applied. A test that saw a change through one member uses it before
+// it asserts what the others' local state (alarms, serializable reads)
+// says: a follower applies an entry only after it learns the entry is
+// committed, so it may trail the member the test asked.
+func (c *Cluster) CatchUp(from int) {
+	c.t.Helper()
+	index := c.Members[from].Node().FSM().Applied()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	for i, m := range c.Members {
+		if m == nil {
+			continue
+		}
+		if err := m.Node().FSM().WaitApplied(ctx, index); err != nil {
+			c.t.Fatalf("member %d catching up to index %d: %v", i, index, err)
+		}
+	}
 }

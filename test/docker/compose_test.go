@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/corenode/corenode/internal/freeport"
+	"github.com/corenode/corenode/internal/testenv"
 )
 
 // compose is the Compose command on this machine: the docker plugin, or
@@ -31,15 +32,7 @@ func compose(t *testing.T) []string {
 	return nil
 }
 
-// unavailable skips, except in CI, where a test that cannot run must fail
-// rather than let the build pass without it.
-func unavailable(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s (CI=true, so this is a failure, not a skip)", why)
-	}
-	t.Skip(why)
-}
+func unavailable(t *testing.T, why string) { t.Helper(); testenv.Unavailable(t, why) }
 
 func repoRoot(t *testing.T) string {
 	t.Helper()

@@ -8,11 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/corenode/corenode/internal/freeport"
+	"github.com/corenode/corenode/internal/testenv"
 )
 
 // The processes, their ports and the etcdctl plumbing of the end-to-end test.
@@ -46,22 +48,17 @@ type member struct {
 }
 
 type cluster struct {
-	t       *testing.T
-	bin     string
-	token   string
+	t     *testing.T
+	bin   string
+	token string
+	// common flags go to every member, before its extra ones.
+	common  []string
 	members []*member
 }
 
-// requireEtcdctl skips without etcdctl, except in CI where a skipped
-// end-to-end test would let the build pass without having run it.
 func requireEtcdctl(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("etcdctl"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("etcdctl is not on PATH (CI=true, so this is a failure, not a skip): %v; scripts/test installs it", err)
-		}
-		t.Skipf("etcdctl is not on PATH (install Debian's etcd-client or run scripts/test): %v", err)
-	}
+	testenv.RequireCommand(t, "etcdctl", "install Debian's etcd-client, or run scripts/test, which does")
 }
 
 func repoRoot(t *testing.T) string {
@@ -118,10 +115,11 @@ func freePorts(t *testing.T, n int) []int {
 	return ports
 }
 
-func startCluster(t *testing.T, bin string) *cluster {
+func startCluster(t *testing.T, bin string, common ...string) *cluster {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		c := newCluster(t, bin, attempt)
+		c.common = common
 		err := c.startAll()
 		if err == nil {
 			err = c.waitHealthy(c.members, 30*time.Second)
@@ -197,7 +195,7 @@ func (c *cluster) flags(m *member) []string {
 		"--initial-cluster-token", c.token,
 		"--heartbeat-interval", fmt.Sprint(heartbeatMS),
 		"--election-timeout", fmt.Sprint(electionMS),
-	}, m.extra...)
+	}, slices.Concat(c.common, m.extra)...)
 }
 
 func (c *cluster) startAll() error {

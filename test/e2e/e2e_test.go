@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -40,7 +41,41 @@ func TestCluster(t *testing.T) {
 	t.Run("SIGTERMHandsOver", func(t *testing.T) { testSIGTERMHandsOver(t, c) })
 	t.Run("Failover", func(t *testing.T) { testFailover(t, c) })
 	t.Run("LeaseExpiryWhileLeaderKilled", func(t *testing.T) { testLeaseExpiryWhileLeaderKilled(t, c) })
-	t.Run("Durability", func(t *testing.T) { testDurability(t, c) })
+	t.Run("Durability", func(t *testing.T) {
+		requireLogStore(t, c, "wal")
+		testDurability(t, c)
+	})
+}
+
+// TestDurabilityBoltDB is TestCluster's kill -9 check on the other log
+// store: every member killed while writes are in flight, every
+// acknowledged write on every member after the restart.
+func TestDurabilityBoltDB(t *testing.T) {
+	requireEtcdctl(t)
+	if os.Getenv(binaryEnv) != "" {
+		t.Skipf("%s names another server; --log-store is corenode's own", binaryEnv)
+	}
+	c := startCluster(t, buildBinary(t), "--log-store", "boltdb")
+	requireLogStore(t, c, "boltdb")
+	testDurability(t, c)
+}
+
+// requireLogStore fails unless every member's data dir holds the log store
+// kind (corenode's --log-store), and only it.
+func requireLogStore(t *testing.T, c *cluster, kind string) {
+	t.Helper()
+	if os.Getenv(binaryEnv) != "" {
+		return
+	}
+	paths := map[string]string{"wal": "wal", "boltdb": "raft.db"}
+	for _, m := range c.members {
+		for k, p := range paths {
+			_, err := os.Stat(filepath.Join(m.dataDir, p))
+			if held := err == nil; held != (k == kind) {
+				t.Fatalf("%s's data dir %s: holds %s: %v; want only the %s log store", m.name, m.dataDir, p, held, kind)
+			}
+		}
+	}
 }
 
 func testHealth(t *testing.T, c *cluster, eps []string) {

@@ -15,18 +15,22 @@ import (
 	"github.com/corenode/corenode/test/jepsen-lite/internal/checker"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/cluster"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/history"
+	"github.com/corenode/corenode/test/jepsen-lite/internal/holder"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/nemesis"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/workload"
 )
 
 // countOps is the number of client operations in a history: everything but
-// faults, the monitor's status records and watch events (which are
-// deliveries, not operations).
+// faults, the monitor's status records, watch events (which are
+// deliveries, not operations) and the election holders' own doings (an
+// action is local to its holder; its fenced writes are operations) and
+// the cached-read readers' exits.
 func countOps(ops []history.Op) int {
 	n := 0
 	for _, op := range ops {
 		switch op.Kind {
-		case history.KindFault, history.KindStatus, history.KindWatch, history.KindHistory, history.KindWatchOp, history.KindWatchEnd:
+		case history.KindFault, history.KindStatus, history.KindWatch, history.KindHistory, history.KindWatchOp, history.KindWatchEnd,
+			history.KindAct, history.KindElected, history.KindElectLost, history.KindHolderExit, history.KindReaderExit:
 		default:
 			n++
 		}
@@ -54,7 +58,9 @@ func check(ops []history.Op, cfg *config) []checker.Result {
 	faults := checker.FaultsOf(ops)
 	avail := checker.AvailabilityOf(ops, 300*time.Millisecond)
 	settings := cluster.DefaultSettings
+	searchStart := time.Now()
 	lin := checker.Linearizable(ops, workload.RegPrefix, cfg.CheckBudget, cfg.Out)
+	searched := time.Since(searchStart)
 	set := checker.Set(ops, workload.SetPrefix)
 	watch := checker.Watch(ops, checker.WatchConfig{Prefix: workload.Prefix, LeasePrefix: workload.LeasePrefix, MarkerKey: workload.MarkerKey})
 	lease := checker.Leases(ops, checker.LeaseConfig{
@@ -67,7 +73,26 @@ func check(ops []history.Op, cfg *config) []checker.Result {
 	}, avail, faults)
 	gap, at := avail.LongestGap()
 	lease.Stats = append(lease.Stats, fmt.Sprintf("longest time without a commit: %s from %s", history.Dur(gap), history.Dur(at)))
-	return []checker.Result{lin, set, watch, lease}
+	results := []checker.Result{lin, set, watch, lease}
+	if modes, _ := holderModes(cfg.HolderModes); cfg.Holders > 0 && len(modes) > 0 {
+		var em []checker.ElectionMode
+		for _, m := range modes {
+			// The library's promise is the one under test; the naive
+			// holders are the comparison.
+			em = append(em, checker.ElectionMode{Name: m, Prefix: workload.ElectionKey(m), Strict: m != holder.Naive})
+		}
+		el, _ := checker.Election(ops, em)
+		results = append(results, el)
+	}
+	if cfg.CacheReaders > 0 {
+		cr, _ := checker.CachedReads(ops, checker.CacheConfig{
+			Prefix: workload.CachePrefix, ReadLease: cfg.readLease(), PauseSlack: 250 * time.Millisecond,
+			// -check-budget is for the linearizability searches in all.
+			Budget: max(cfg.CheckBudget-searched, time.Millisecond), OutDir: cfg.Out,
+		})
+		results = append(results, cr)
+	}
+	return results
 }
 
 // finish stops the cluster, checks the history and prints the summary; it
@@ -185,6 +210,11 @@ func (r *runner) report(ops []history.Op, results []checker.Result, harness []st
 	for _, h := range harness {
 		fmt.Fprintf(&b, "run error: %s\n", h)
 	}
+	for _, res := range results {
+		if res.Headline != "" {
+			fmt.Fprintln(&b, res.Headline)
+		}
+	}
 	valid := anomalies == 0 && !unknown && len(harness) == 0
 	fmt.Fprintf(&b, "valid=%v ops=%d faults=%d anomalies=%d\n", valid, countOps(ops), total, anomalies)
 
@@ -226,6 +256,9 @@ func recheck(cfg *config, log *slog.Logger) int {
 		return exitHarness
 	}
 	saved := *cfg
+	// A run from before the cached-read workload has no cache_readers:
+	// none ran.
+	saved.CacheReaders = 0
 	if err := json.Unmarshal(b, &saved); err != nil {
 		fmt.Fprintln(os.Stderr, "jepsen-lite: run.json:", err)
 		return exitHarness

@@ -3,7 +3,12 @@
 // concurrent etcd clients while injecting crashes, pauses, partitions, slow
 // and lossy links and leadership moves, and checks the recorded history:
 // linearizability (porcupine), no lost acknowledged write, watch
-// completeness, and the lease promises of docs/leases.md.
+// completeness, and the lease promises of docs/leases.md. Election holder
+// processes (client/election and, for comparison, concurrency.Election)
+// are paused past their TTL and must not act once a successor has begun.
+// Reader processes read registers through client/cache (read leases) and
+// are paused past the read lease: every read, from memory or not, must be
+// linearizable.
 //
 //	go run ./test/jepsen-lite -duration 60s
 //	go run ./test/jepsen-lite -check /tmp/jepsen-lite-.../   # re-check a saved history
@@ -23,11 +28,15 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/corenode/corenode/test/jepsen-lite/internal/cachereader"
+	"github.com/corenode/corenode/test/jepsen-lite/internal/cluster"
+	"github.com/corenode/corenode/test/jepsen-lite/internal/holder"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/nemesis"
 )
 
@@ -60,6 +69,13 @@ type config struct {
 	MaxTTL       int64         `json:"max_ttl"`
 	CheckBudget  time.Duration `json:"check_budget"`
 	RequireAll   bool          `json:"require_all_faults"`
+	Holders      int           `json:"holders"`
+	HolderModes  string        `json:"holder_modes"`
+	HolderTTL    time.Duration `json:"holder_ttl"`
+	CacheReaders int           `json:"cache_readers"`
+	CacheWriters int           `json:"cache_writers"`
+	CacheKeys    int           `json:"cache_keys"`
+	ReadLease    time.Duration `json:"read_lease"`
 	Check        string        `json:"-"`
 	LogLevel     string        `json:"-"`
 }
@@ -85,6 +101,13 @@ func parseFlags(args []string) (*config, error) {
 	fs.Int64Var(&c.MinTTL, "min-ttl", 3, "shortest lease TTL granted, seconds")
 	fs.Int64Var(&c.MaxTTL, "max-ttl", 5, "longest lease TTL granted, seconds")
 	fs.DurationVar(&c.CheckBudget, "check-budget", time.Minute, "time the linearizability search may take in all")
+	fs.IntVar(&c.Holders, "holders", 3, "election holder processes per mode (0: no election workload)")
+	fs.StringVar(&c.HolderModes, "holder-modes", strings.Join(holder.Modes(), ","), "comma-separated ways of electing, side by side: "+strings.Join(holder.Modes(), ", "))
+	fs.DurationVar(&c.HolderTTL, "holder-ttl", 2*time.Second, "the election holders' session TTL (whole seconds, at least 2: the server raises shorter ones)")
+	fs.IntVar(&c.CacheReaders, "cache-readers", 3, "cached-read reader processes, each reading through its own client/cache (0: no cached-read workload)")
+	fs.IntVar(&c.CacheWriters, "cache-writers", 2, "writers of the cached-read workload's keys (KV puts)")
+	fs.IntVar(&c.CacheKeys, "cache-keys", 3, "keys of the cached-read workload in use at once")
+	fs.DurationVar(&c.ReadLease, "read-lease", time.Second, "the members' --read-lease-duration (local processes; -docker runs the image's default, "+cluster.DefaultSettings.ReadLease().String()+")")
 	fs.BoolVar(&c.RequireAll, "require-all-faults", false, "fail the run unless every selected fault was injected at least once")
 	fs.StringVar(&c.Check, "check", "", "re-check the history saved in this -out directory, without running a cluster")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -100,6 +123,18 @@ func parseFlags(args []string) (*config, error) {
 	if c.MinTTL < 2 || c.MaxTTL < c.MinTTL {
 		return nil, fmt.Errorf("-min-ttl %d -max-ttl %d: need 2 <= min <= max (the server raises TTLs below 2 s)", c.MinTTL, c.MaxTTL)
 	}
+	if c.HolderTTL < 2*time.Second || c.HolderTTL%time.Second != 0 {
+		return nil, fmt.Errorf("-holder-ttl %v: whole seconds, at least 2", c.HolderTTL)
+	}
+	if c.CacheReaders < 0 || c.CacheWriters < 0 || c.CacheReaders > 0 && c.CacheKeys < 1 {
+		return nil, fmt.Errorf("-cache-readers %d -cache-writers %d -cache-keys %d: need readers, writers >= 0 and keys >= 1", c.CacheReaders, c.CacheWriters, c.CacheKeys)
+	}
+	if c.ReadLease < 200*time.Millisecond {
+		return nil, fmt.Errorf("-read-lease %v: at least 200ms (the cache's drift margin is 1%% of it plus 50ms)", c.ReadLease)
+	}
+	if _, err := holderModes(c.HolderModes); err != nil {
+		return nil, err
+	}
 	if _, err := nemesis.Parse(c.Faults); err != nil {
 		return nil, err
 	}
@@ -107,6 +142,31 @@ func parseFlags(args []string) (*config, error) {
 		c.Seed = uint64(time.Now().UnixNano()%1_000_000) + 1
 	}
 	return c, nil
+}
+
+// holderModes checks a -holder-modes list against the modes this binary
+// has.
+func holderModes(s string) ([]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	modes := strings.Split(s, ",")
+	for _, m := range modes {
+		if !slices.Contains(holder.Modes(), m) {
+			return nil, fmt.Errorf("-holder-modes: unknown mode %q (known: %v)", m, holder.Modes())
+		}
+	}
+	return modes, nil
+}
+
+// readLease is the read lease the members grant: -read-lease for local
+// processes; the compose deployment passes no --read-lease-duration, so its
+// members run corenode's default.
+func (c *config) readLease() time.Duration {
+	if c.Docker {
+		return cluster.DefaultSettings.ReadLease()
+	}
+	return c.ReadLease
 }
 
 func kindsList() string {
@@ -118,6 +178,15 @@ func kindsList() string {
 }
 
 func main() {
+	// The election workload's holders and the cached-read workload's
+	// readers are this binary again, so that they need no build of their
+	// own.
+	if len(os.Args) > 1 && os.Args[1] == holder.Command {
+		os.Exit(holder.Main(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == cachereader.Command {
+		os.Exit(cachereader.Main(os.Args[2:]))
+	}
 	os.Exit(mainStatus())
 }
 

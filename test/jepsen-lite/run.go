@@ -31,6 +31,8 @@ type runner struct {
 
 	mu       sync.Mutex
 	cl       cluster.Cluster
+	el       *workload.Election
+	cr       *workload.Cached
 	rec      *history.Recorder
 	faults   int
 	harness  []string // what went wrong with the run itself
@@ -58,8 +60,14 @@ func (r *runner) abort(why string, status int) {
 	abortOnce.Do(func() {
 		r.log.Error("aborting", "why", why)
 		r.mu.Lock()
-		cl, rec, faults := r.cl, r.rec, r.faults
+		cl, el, cr, rec, faults := r.cl, r.el, r.cr, r.rec, r.faults
 		r.mu.Unlock()
+		if el != nil {
+			el.KillNow()
+		}
+		if cr != nil {
+			cr.KillNow()
+		}
 		if cl != nil {
 			cl.KillNow()
 		}
@@ -140,6 +148,30 @@ func (r *runner) run(ctx context.Context) int {
 	r.log.Info("cluster healthy", "endpoints", endpoints, "after", time.Since(r.started).Round(time.Millisecond))
 
 	env := workload.NewEnv(rec, r.log, cfg.OpTimeout, pinned, all)
+	// The holders start first: each mode needs a leader before the first
+	// pause-holder fault, and they must live through every other fault.
+	var holders nemesis.Holders
+	if modes, _ := holderModes(cfg.HolderModes); cfg.Holders > 0 && len(modes) > 0 {
+		el, err := r.startElection(env, endpoints, modes)
+		if err != nil {
+			r.harnessErr("%v", err)
+			return r.finish(rec, cl)
+		}
+		defer el.Stop(5 * time.Second)
+		holders = el
+	}
+	// The cached-read readers too: pause-reader needs one running.
+	var readers nemesis.Readers
+	var cached *workload.Cached
+	if cfg.CacheReaders > 0 {
+		cr, err := r.startCached(env, endpoints)
+		if err != nil {
+			r.harnessErr("%v", err)
+			return r.finish(rec, cl)
+		}
+		defer cr.Stop(5 * time.Second)
+		readers, cached = cr, cr
+	}
 	kinds, _ := nemesis.Parse(cfg.Faults)
 	// About 9 s per fault and its quiet time fit a normal schedule; with
 	// less, shorten them so that a short run still gets every kind.
@@ -153,6 +185,8 @@ func (r *runner) run(ctx context.Context) int {
 		Election: time.Duration(cluster.DefaultSettings.ElectionMS) * time.Millisecond,
 		MaxTTL:   time.Duration(cfg.MaxTTL) * time.Second,
 		QuietMin: quietMin, QuietMax: quietMax, Compact: compact,
+		Holders: holders, HolderTTL: cfg.HolderTTL,
+		Readers: readers, ReadLease: cfg.readLease(),
 	})
 
 	r.mu.Lock()
@@ -184,6 +218,11 @@ func (r *runner) run(ctx context.Context) int {
 	}
 	for range cfg.SetClients {
 		clients.Go(func() { workload.RunSet(cliCtx, env, cfg.Seed) })
+	}
+	if cached != nil {
+		for range cfg.CacheWriters {
+			clients.Go(func() { cached.RunWriter(cliCtx) })
+		}
 	}
 	finishLeases := make(chan struct{})
 	lw := workload.NewLeases(env, workload.LeaseConfig{
@@ -220,6 +259,15 @@ func (r *runner) run(ctx context.Context) int {
 	close(finishLeases)
 	stopClients()
 	clients.Wait()
+	r.mu.Lock()
+	el := r.el
+	r.mu.Unlock()
+	if el != nil {
+		el.Stop(5 * time.Second)
+	}
+	if cached != nil {
+		cached.Stop(5 * time.Second)
+	}
 	r.log.Info("clients stopped; waiting for the last leases to go")
 	leases.Wait()
 	stopLeases()
@@ -251,6 +299,50 @@ func (r *runner) run(ctx context.Context) int {
 	stopMon()
 	mon.Wait()
 	return r.finish(rec, cl, unhealthy)
+}
+
+// startElection starts the election workload's holder processes: this
+// binary again, with the hidden holder subcommand.
+func (r *runner) startElection(env *workload.Env, endpoints, modes []string) (*workload.Election, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("election workload: own binary: %w", err)
+	}
+	el := workload.NewElection(env, workload.ElectionConfig{
+		Exe: exe, Endpoints: endpoints, Modes: modes, Holders: r.cfg.Holders, TTL: r.cfg.HolderTTL,
+		ActEvery: 5 * time.Millisecond, WriteEvery: 50 * time.Millisecond,
+		LogDir: r.cfg.Out, RestartAfter: 200 * time.Millisecond,
+	})
+	if err := el.Start(); err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	r.el = el
+	r.mu.Unlock()
+	return el, nil
+}
+
+// startCached starts the cached-read workload's reader processes: this
+// binary again, with the hidden cache-reader subcommand. Its writers are
+// started with the other clients.
+func (r *runner) startCached(env *workload.Env, endpoints []string) (*workload.Cached, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("cached-read workload: own binary: %w", err)
+	}
+	cr := workload.NewCached(env, workload.CachedConfig{
+		Exe: exe, Endpoints: endpoints, Readers: r.cfg.CacheReaders, Keys: r.cfg.CacheKeys, Seed: r.cfg.Seed,
+		ReadEvery: 10 * time.Millisecond, WriteEvery: 40 * time.Millisecond,
+		LogDir: r.cfg.Out, RestartAfter: 200 * time.Millisecond,
+	})
+	if err := cr.Start(); err != nil {
+		cr.Stop(time.Second)
+		return nil, err
+	}
+	r.mu.Lock()
+	r.cr = cr
+	r.mu.Unlock()
+	return cr, nil
 }
 
 func (r *runner) startCluster(ctx context.Context) (cluster.Cluster, error) {
@@ -290,9 +382,11 @@ func (r *runner) startCluster(ctx context.Context) (cluster.Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("temp dir for the data: %w", err)
 	}
+	settings := cluster.DefaultSettings
+	settings.ReadLeaseMS = int(cfg.ReadLease.Milliseconds())
 	c, err := cluster.StartProcesses(ctx, cluster.ProcessConfig{
 		Binary: bin, Members: cfg.Members, DataDir: data, LogDir: cfg.Out,
-		Settings: cluster.DefaultSettings, Seed: cfg.Seed, Log: r.log,
+		Settings: settings, Seed: cfg.Seed, Log: r.log,
 	})
 	if err != nil {
 		os.RemoveAll(data)

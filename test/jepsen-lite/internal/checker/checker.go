@@ -38,6 +38,9 @@ type Result struct {
 	Stats     []string
 	// Details are written to <Name>.txt next to the history.
 	Details []string
+	// Headline, if set, is printed just above the verdict line: numbers
+	// worth seeing even when the checker passed.
+	Headline string
 }
 
 // Valid is true when nothing is wrong and the checker decided.
@@ -75,6 +78,9 @@ func Describe(op history.Op) string {
 	}
 	if op.Lease != 0 {
 		fmt.Fprintf(&b, " lease=%x", op.Lease)
+	}
+	if op.Token != 0 {
+		fmt.Fprintf(&b, " token=%d", op.Token)
 	}
 	fmt.Fprintf(&b, " [%s..%s] %s", history.Dur(op.Start), history.Dur(op.End), op.Result)
 	if op.Rev != 0 {

@@ -74,20 +74,33 @@ type Settings struct {
 	ElectionMS      int
 	LeaseTickMS     int
 	LeaseCheckpoint int // --lease-checkpoint-after, ms
+	// ReadLeaseMS is --read-lease-duration, the read lease the leader
+	// grants to client/cache sessions, in ms (0: the flag is not passed).
+	ReadLeaseMS int
 }
 
 // DefaultSettings are corenode's defaults, passed explicitly so that a
 // change of the binary's defaults does not silently change the bounds.
-var DefaultSettings = Settings{HeartbeatMS: 100, ElectionMS: 1000, LeaseTickMS: 100, LeaseCheckpoint: 1000}
+// The docker-compose deployment passes none of these flags, so its members
+// run with the binary's defaults, which these mirror (cluster_test.go
+// holds them to it where it can).
+var DefaultSettings = Settings{HeartbeatMS: 100, ElectionMS: 1000, LeaseTickMS: 100, LeaseCheckpoint: 1000, ReadLeaseMS: 2000}
 
 func (s Settings) flags() []string {
-	return []string{
+	f := []string{
 		"--heartbeat-interval", fmt.Sprint(s.HeartbeatMS),
 		"--election-timeout", fmt.Sprint(s.ElectionMS),
 		"--lease-tick", fmt.Sprint(s.LeaseTickMS),
 		"--lease-checkpoint-after", fmt.Sprint(s.LeaseCheckpoint),
 	}
+	if s.ReadLeaseMS > 0 {
+		f = append(f, "--read-lease-duration", fmt.Sprintf("%dms", s.ReadLeaseMS))
+	}
+	return f
 }
+
+// ReadLease is ReadLeaseMS as a duration.
+func (s Settings) ReadLease() time.Duration { return time.Duration(s.ReadLeaseMS) * time.Millisecond }
 
 // NewClient is a clientv3 client for the given endpoints with the logging
 // of its retries silenced (the history records what matters).

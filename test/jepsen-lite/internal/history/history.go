@@ -12,6 +12,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Result is what the client learned about an operation.
@@ -53,7 +55,51 @@ const (
 	KindStatus   = "status"     // monitor's view of a member: Leader, Term (on change only)
 	KindFault    = "fault"      // Detail names the fault; Start..End is when it was in effect
 	KindFinal    = "final"      // end-of-run bookkeeping: Rev = final revision
+
+	// The election workload; Key is the election prefix (one per mode),
+	// times are the holder process's CLOCK_MONOTONIC made relative to the
+	// run's clock (Clock.FromMono).
+	KindElected    = "elect-won"   // a holder's campaign returned: Token
+	KindAct        = "elect-act"   // an action taken while the holder believed it led: Token; Start = End = its time
+	KindFencedPut  = "elect-write" // Txn guarded on the election key's create revision == Token; Swapped = committed, Rev = its revision
+	KindElectLost  = "elect-lost"  // the holder noticed it no longer leads (Detail says how); it exits
+	KindHolderExit = "holder-exit" // a holder process ended (Detail: how); the workload starts another
+
+	// The cached-read workload reads register keys through client/cache
+	// in reader processes and records each read as a KindGet whose Detail
+	// is DetailCacheHit or DetailCacheMiss; times are the reader process's
+	// CLOCK_MONOTONIC (Clock.FromMono), read before Get is called and
+	// after it returned.
+	KindReaderExit = "reader-exit" // a reader process ended (Detail: how); Cache: its last counters
 )
+
+// Details of a read through client/cache: whether the cache answered from
+// memory (its Stats().Hits grew) or asked the leader.
+const (
+	DetailCacheHit  = "cache hit"
+	DetailCacheMiss = "cache miss"
+)
+
+// CacheStats are a reader process's client/cache counters (cache.Stats),
+// as last reported before it exited.
+type CacheStats struct {
+	Hits          uint64 `json:"hits"`
+	Misses        uint64 `json:"misses"`
+	Uncached      uint64 `json:"uncached"`
+	Invalidations uint64 `json:"invalidations"`
+	Evictions     uint64 `json:"evictions"`
+	Reconnects    uint64 `json:"reconnects"`
+}
+
+// Add adds o's counters to s.
+func (s *CacheStats) Add(o CacheStats) {
+	s.Hits += o.Hits
+	s.Misses += o.Misses
+	s.Uncached += o.Uncached
+	s.Invalidations += o.Invalidations
+	s.Evictions += o.Evictions
+	s.Reconnects += o.Reconnects
+}
 
 // Op is one line of the history.
 type Op struct {
@@ -87,17 +133,52 @@ type Op struct {
 	Values  []string `json:"values,omitempty"`
 	Error   string   `json:"error,omitempty"`
 	Detail  string   `json:"detail,omitempty"`
+	// Token is an election holder's fencing token: the create revision
+	// of its election key.
+	Token int64 `json:"token,omitempty"`
+	// Cache is a reader process's client/cache counters (KindReaderExit).
+	Cache *CacheStats `json:"cache,omitempty"`
 }
 
 // Clock is the run's monotonic clock: every time in a history is read from
-// one Clock, in one process, so intervals from different clients compare.
-type Clock struct{ base time.Time }
+// one Clock, so intervals from different clients compare. Times taken in
+// other processes (election holders) are CLOCK_MONOTONIC readings, which
+// FromMono puts on the same scale: Go's monotonic time on Linux is
+// CLOCK_MONOTONIC too, so the two differ by the moment each started.
+type Clock struct {
+	base     time.Time
+	monoBase int64
+}
 
 // NewClock starts the run's clock now.
-func NewClock() *Clock { return &Clock{base: time.Now()} }
+func NewClock() *Clock {
+	// The two readings bracket time.Now, so their midpoint is its
+	// CLOCK_MONOTONIC value within a microsecond or so.
+	before := Mono()
+	base := time.Now()
+	after := Mono()
+	return &Clock{base: base, monoBase: before + (after-before)/2}
+}
 
 // Now is nanoseconds since the clock started (monotonic).
 func (c *Clock) Now() int64 { return int64(time.Since(c.base)) }
+
+// FromMono converts a CLOCK_MONOTONIC reading of this machine, from any
+// process, to nanoseconds since the clock started.
+func (c *Clock) FromMono(mono int64) int64 { return mono - c.monoBase }
+
+// Mono is this machine's CLOCK_MONOTONIC in nanoseconds: one clock for
+// every process on the machine, which a wall-clock step does not move and
+// which runs on while a process is stopped.
+func Mono() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		// Linux always has CLOCK_MONOTONIC; without it no time in the
+		// history could be trusted.
+		panic(fmt.Sprintf("history: clock_gettime(CLOCK_MONOTONIC): %v", err))
+	}
+	return ts.Nano()
+}
 
 // Recorder collects ops from many goroutines and streams them to a file.
 type Recorder struct {

@@ -36,10 +36,33 @@ const (
 	Slow          Kind = "slow"           // latency on every peer link
 	Lossy         Kind = "lossy"          // peer connections stall and reset at random
 	MoveLeader    Kind = "move-leader"    // MoveLeader to a random follower, several times
+	PauseHolder   Kind = "pause-holder"   // SIGSTOP the leading election holder of each mode longer than its TTL
+	PauseReader   Kind = "pause-reader"   // SIGSTOP a cached-read reader process longer than the read lease
 )
 
 // All is every kind, in the order a full schedule starts from.
-var All = []Kind{KillLeader, KillFollower, PauseLeader, PauseLong, IsolateLeader, Split, Bridge, Slow, Lossy, MoveLeader}
+var All = []Kind{KillLeader, KillFollower, PauseLeader, PauseLong, IsolateLeader, Split, Bridge, Slow, Lossy, MoveLeader, PauseHolder, PauseReader}
+
+// Holders are the election workload's holder processes, which PauseHolder
+// stops; they are clients, not members, so the cluster does not know them.
+type Holders interface {
+	// PauseLeaders SIGSTOPs the leading holder of each election, waiting
+	// up to wait for each to have one, and says which it stopped.
+	PauseLeaders(ctx context.Context, wait time.Duration) (string, error)
+	// ResumeAll SIGCONTs every holder PauseLeaders stopped.
+	ResumeAll(ctx context.Context) error
+}
+
+// Readers are the cached-read workload's reader processes, which
+// PauseReader stops; clients too, each with its own client/cache.
+type Readers interface {
+	// PauseOne SIGSTOPs one running reader, the pick-th (modulo) of those
+	// running, and says which, with the process number its reads have in
+	// the history (0 when none runs and none was stopped).
+	PauseOne(ctx context.Context, pick int) (string, int, error)
+	// ResumeAll SIGCONTs every reader PauseOne stopped.
+	ResumeAll(ctx context.Context) error
+}
 
 // Parse reads a comma-separated list of kinds; "all" or "" is All, "none"
 // is no faults.
@@ -73,6 +96,17 @@ type Config struct {
 	// Compact shortens every fault to the low end of its range, so that a
 	// short run (CI) still gets through every kind.
 	Compact bool
+	// Holders, if any, are what PauseHolder stops, for longer than
+	// HolderTTL: long enough for the lease to expire and a successor to
+	// start acting while the paused holder still believes it leads.
+	Holders   Holders
+	HolderTTL time.Duration
+	// Readers, if any, are what PauseReader stops, for longer than
+	// ReadLease (the members' --read-lease-duration): long enough for every
+	// lease the reader holds to run out, and for writes of its keys, which
+	// wait for it, to go through meanwhile.
+	Readers   Readers
+	ReadLease time.Duration
 }
 
 // Nemesis injects faults into one cluster.
@@ -127,6 +161,10 @@ func (n *Nemesis) Supported(k Kind) bool {
 		return caps.Slow
 	case Lossy:
 		return caps.Lossy
+	case PauseHolder:
+		return n.cfg.Holders != nil
+	case PauseReader:
+		return n.cfg.Readers != nil
 	}
 	return true
 }
@@ -217,7 +255,13 @@ func (n *Nemesis) followerOf(leader int) int {
 }
 
 func (n *Nemesis) record(k Kind, start int64, detail string, err error) {
-	op := history.Op{Process: -1, Member: -1, Kind: history.KindFault, Start: start, End: n.rec.Clock().Now(),
+	n.recordProcess(k, start, detail, err, -1)
+}
+
+// recordProcess records a fault that stopped a client: process is the
+// process number its ops have in the history.
+func (n *Nemesis) recordProcess(k Kind, start int64, detail string, err error, process int) {
+	op := history.Op{Process: process, Member: -1, Kind: history.KindFault, Start: start, End: n.rec.Clock().Now(),
 		Result: history.OK, Detail: string(k) + ": " + detail}
 	if err != nil {
 		op.Result, op.Error = history.Fail, err.Error()
@@ -322,6 +366,40 @@ func (n *Nemesis) inject(ctx context.Context, k Kind) error {
 
 	case MoveLeader:
 		return n.moveLeader(ctx, start, st)
+
+	case PauseHolder:
+		d := n.between(n.cfg.HolderTTL+time.Second, n.cfg.HolderTTL+n.pick(2000, 1500))
+		which, err := n.cfg.Holders.PauseLeaders(ctx, 3*time.Second)
+		detail := "no holder leads, none stopped"
+		if which != "" {
+			sleep(ctx, d)
+			detail = fmt.Sprintf("SIGSTOP %s for %v", which, d.Round(time.Millisecond))
+		}
+		hctx, cancel := cleanup()
+		defer cancel()
+		err = errors.Join(err, n.cfg.Holders.ResumeAll(hctx))
+		n.record(k, start, detail, err)
+		return err
+
+	case PauseReader:
+		d := n.between(n.cfg.ReadLease+time.Second, n.cfg.ReadLease+n.pick(2500, 1500))
+		which, process, err := n.cfg.Readers.PauseOne(ctx, n.rng.IntN(1<<20))
+		detail := "no reader runs, none stopped"
+		if process > 0 {
+			full := sleep(ctx, d)
+			detail = fmt.Sprintf("SIGSTOP %s for %v", which, d.Round(time.Millisecond))
+			if !full {
+				// The checker judges the pause by its recorded interval.
+				detail += " (cut short: the run ended)"
+			}
+		} else {
+			process = -1
+		}
+		hctx, cancel := cleanup()
+		defer cancel()
+		err = errors.Join(err, n.cfg.Readers.ResumeAll(hctx))
+		n.recordProcess(k, start, detail, err, process)
+		return err
 	}
 	return fmt.Errorf("nemesis: unknown fault %q", k)
 }

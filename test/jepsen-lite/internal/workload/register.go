@@ -16,6 +16,7 @@ import (
 // of indeterminate ops: the linearizability search is exponential in the
 // ops that never returned, and a key's history is checked on its own.
 type keyPool struct {
+	prefix     string // key names: prefix + a number
 	mu         sync.Mutex
 	active     []*regKey
 	gen        int
@@ -30,8 +31,8 @@ type regKey struct {
 	retired bool
 }
 
-func newKeyPool(n, maxOps, maxUnknown int) *keyPool {
-	p := &keyPool{maxOps: maxOps, maxUnknown: maxUnknown}
+func newKeyPool(prefix string, n, maxOps, maxUnknown int) *keyPool {
+	p := &keyPool{prefix: prefix, maxOps: maxOps, maxUnknown: maxUnknown}
 	for range n {
 		p.active = append(p.active, p.fresh())
 	}
@@ -40,7 +41,7 @@ func newKeyPool(n, maxOps, maxUnknown int) *keyPool {
 
 func (p *keyPool) fresh() *regKey {
 	p.gen++
-	return &regKey{name: fmt.Sprintf("%s%04d", RegPrefix, p.gen)}
+	return &regKey{name: fmt.Sprintf("%s%04d", p.prefix, p.gen)}
 }
 
 func (p *keyPool) pick(rng *rand.Rand) *regKey {
@@ -76,7 +77,7 @@ type Register struct {
 
 // NewRegister makes the register workload over `keys` keys at a time.
 func NewRegister(env *Env, keys int) *Register {
-	return &Register{env: env, pool: newKeyPool(keys, 250, 6)}
+	return &Register{env: env, pool: newKeyPool(RegPrefix, keys, 250, 6)}
 }
 
 type seen struct {

@@ -1,0 +1,97 @@
+package cache
+
+import (
+	"fmt"
+	"time"
+)
+
+// Parts of the default drift margin; see DefaultDriftMargin.
+const (
+	driftFraction = 100                   // the margin is the lease/driftFraction ...
+	driftFloor    = 50 * time.Millisecond // ... plus this
+)
+
+// DefaultMaxKeys is how many keys a Cache holds when WithMaxKeys is not
+// given.
+const DefaultMaxKeys = 10000
+
+// DefaultDriftMargin is the margin used when WithDriftMargin is not given,
+// computed from the lease the leader answered: 1% of it plus 50 ms. It is
+// client/election's default margin, for the same reasons.
+//
+// The margin is the only slack between the cache's deadline and the
+// leader's. Everything else already errs on the safe side: the cache
+// starts a lease when it sends the request, the leader when it grants it,
+// later; the leader never lets a write through before its own deadline
+// unless the cache has said it dropped the key. What is left is that the two
+// measure the lease on different clocks, and clocks run at slightly
+// different rates. Quartz oscillators are within about 100 ppm of their
+// nominal rate, and NTP slews a clock's rate by at most 500 ppm, so two
+// monotonic clocks differ in rate by roughly 1,000 ppm (0.1%) at worst: 1%
+// is ten times that. The floor covers what a rate cannot, such as the
+// scheduling delay between a Get's check of the deadline and its return.
+func DefaultDriftMargin(lease time.Duration) time.Duration {
+	return lease/driftFraction + driftFloor
+}
+
+// Option configures New.
+type Option func(*config)
+
+// WithDriftMargin sets how long before the leader's earliest possible
+// expiry of a read lease the cache stops serving the value (default:
+// DefaultDriftMargin of each lease answered). A margin as long as the
+// lease, or longer, caches nothing; zero leaves no room for clock drift.
+func WithDriftMargin(m time.Duration) Option {
+	return func(c *config) { c.margin, c.marginSet = m, true }
+}
+
+// WithMaxKeys bounds how many keys the cache holds (default
+// DefaultMaxKeys). Past it, the least recently used entry is dropped:
+// dropping a value early is always safe, it only costs a round trip to the
+// leader the next time.
+func WithMaxKeys(n int) Option { return func(c *config) { c.maxKeys = n } }
+
+// withClock replaces the real clock in unit tests.
+func withClock(clk clock) Option { return func(c *config) { c.clock = clk } }
+
+// withWaitHook is called with the key each time a Get starts waiting for
+// the leader's answer (having sent or joined a request), so unit tests know
+// a Get is blocked without polling.
+func withWaitHook(f func(key string)) Option { return func(c *config) { c.waiting = f } }
+
+type config struct {
+	margin    time.Duration
+	marginSet bool
+	maxKeys   int
+	clock     clock
+	waiting   func(key string)
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{maxKeys: DefaultMaxKeys, clock: realClock{}}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.marginSet && c.margin < 0 {
+		return c, fmt.Errorf("cache: drift margin %v is negative", c.margin)
+	}
+	if c.maxKeys <= 0 {
+		return c, fmt.Errorf("cache: max keys %d is not positive", c.maxKeys)
+	}
+	if c.clock == nil {
+		return c, fmt.Errorf("cache: nil clock")
+	}
+	if c.waiting == nil {
+		c.waiting = func(string) {}
+	}
+	return c, nil
+}
+
+// marginFor is the margin for a lease the leader answered: a default
+// margin grows with the lease, as the drift it covers does.
+func (c *config) marginFor(lease time.Duration) time.Duration {
+	if c.marginSet {
+		return c.margin
+	}
+	return DefaultDriftMargin(lease)
+}

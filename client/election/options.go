@@ -1,0 +1,105 @@
+package election
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// DefaultTTL is the lease TTL when WithTTL is not given: long enough that
+// a leader change of the cluster (about a second) or a short network blip
+// does not cost a healthy holder its leadership, short enough that a holder
+// that died is replaced within seconds.
+const DefaultTTL = 10 * time.Second
+
+// Parts of the default drift margin; see DefaultDriftMargin.
+const (
+	driftFraction = 100                   // the margin is TTL/driftFraction ...
+	driftFloor    = 50 * time.Millisecond // ... plus this
+)
+
+// DefaultDriftMargin is the margin used when WithDriftMargin is not given:
+// 1% of the TTL plus 50 ms.
+//
+// The margin is the only slack between the holder's deadline and the
+// issuer's. Everything else already errs on the safe side: the holder
+// starts its deadline when it sends a keep-alive, the issuer when it
+// processes it, later; the issuer never expires early. What is left is
+// that the two measure the TTL on different clocks, and clocks run at
+// slightly different rates. Quartz oscillators are within about 100 ppm of
+// their nominal rate, and NTP slews a clock's rate by at most 500 ppm, so
+// two monotonic clocks differ in rate by roughly 1,000 ppm (0.1%) at worst:
+// 1% is ten times that. The floor covers what a rate cannot: the time from
+// the deadline to a consumer of Done (a goroutine, the `corenode lock`
+// supervisor) being scheduled and acting on it.
+func DefaultDriftMargin(ttl time.Duration) time.Duration {
+	return ttl/driftFraction + driftFloor
+}
+
+// Option configures Campaign and Lock.
+type Option func(*config)
+
+// WithTTL sets the lease TTL (rounded up to whole seconds, as leases are
+// granted in seconds). The issuer may raise it: corenode raises TTLs below
+// its minimum (1.5 election timeouts), and the holder then times its
+// deadline on the TTL the issuer answered.
+func WithTTL(ttl time.Duration) Option { return func(c *config) { c.ttl = ttl } }
+
+// WithDriftMargin sets how long before the issuer's earliest possible
+// expiry the holder stops leading (default: DefaultDriftMargin of the TTL).
+// It must be shorter than the TTL; zero leaves no room for drift.
+func WithDriftMargin(m time.Duration) Option {
+	return func(c *config) { c.margin, c.marginSet = m, true }
+}
+
+// WithLogger sets where the holder logs renewals that failed and the end of
+// its leadership (default: slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+// withClock replaces the real clock in unit tests.
+func withClock(c clock) Option { return func(cfg *config) { cfg.clock = c } }
+
+// withRenewHook is called after each keep-alive answer (or failure) has
+// been applied, so unit tests know when to step the clock next.
+func withRenewHook(f func(error)) Option { return func(c *config) { c.renewed = f } }
+
+type config struct {
+	ttl       time.Duration
+	margin    time.Duration
+	marginSet bool
+	clock     clock
+	log       *slog.Logger
+	renewed   func(error)
+}
+
+func newConfig(opts []Option) (config, error) {
+	c := config{ttl: DefaultTTL, clock: realClock{}, log: slog.Default()}
+	for _, o := range opts {
+		o(&c)
+	}
+	if c.ttl <= 0 {
+		return c, fmt.Errorf("election: TTL %v is not positive", c.ttl)
+	}
+	if r := c.ttl % time.Second; r != 0 {
+		c.ttl += time.Second - r
+	}
+	if !c.marginSet {
+		c.margin = DefaultDriftMargin(c.ttl)
+	}
+	if c.margin < 0 || c.margin >= c.ttl {
+		return c, fmt.Errorf("election: drift margin %v is not in [0, TTL %v)", c.margin, c.ttl)
+	}
+	if c.renewed == nil {
+		c.renewed = func(error) {}
+	}
+	return c, nil
+}
+
+// marginFor is the margin for a TTL the issuer answered, which can be
+// longer than the one asked for: a default margin grows with it.
+func (c *config) marginFor(ttl time.Duration) time.Duration {
+	if c.marginSet {
+		return c.margin
+	}
+	return DefaultDriftMargin(ttl)
+}

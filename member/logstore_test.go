@@ -1,0 +1,206 @@
+package member_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/corenode/corenode/member"
+	"github.com/corenode/corenode/member/membertest"
+	"github.com/corenode/corenode/node"
+)
+
+// startOn starts member i of c on its data dir with listeners of its own
+// (the test wants Start's error, not Restart's retries) and cfgs edits.
+func startOn(t *testing.T, c *membertest.Cluster, i int, edit func(*member.Config)) (*member.Member, error) {
+	t.Helper()
+	cfg := c.Config(i)
+	var err error
+	if cfg.PeerListener, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ClientListeners = []net.Listener{cl}
+	if edit != nil {
+		edit(&cfg)
+	}
+	m, err := member.Start(cfg)
+	if err != nil {
+		cfg.PeerListener.Close()
+		cl.Close()
+	}
+	return m, err
+}
+
+// TestDamagedWALStopsMember changes one byte of a stored value inside a
+// stopped member's wal segment: the member refuses to start with one line
+// that says what is damaged and what to do, instead of serving the changed
+// value (or panicking in raft).
+func TestDamagedWALStopsMember(t *testing.T) {
+	c := membertest.New(t, 3, membertest.WithConfig(func(_ int, cfg *member.Config) { cfg.LogStore = node.LogStoreWAL }))
+	cli := c.Client()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 50 {
+		if _, err := cli.Put(ctx, fmt.Sprintf("k%02d", i), fmt.Sprintf("needle-%02d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := (c.WaitLeader() + 1) % 3
+	// The follower has every write once a linearizable read through it
+	// answers with the last.
+	if r, err := c.Client(f).Get(ctx, "k49"); err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("read k49 via member %d: %v %v", f, r, err)
+	}
+	c.Stop(f)
+
+	segs, err := filepath.Glob(filepath.Join(c.Config(f).DataDir, "wal", "*.wal"))
+	if err != nil || len(segs) != 1 {
+		t.Fatalf("wal segments: %v %v", segs, err)
+	}
+	data, err := os.ReadFile(segs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An early write, far from the last batch (whose damage raft-wal would
+	// take for a torn write and drop).
+	at := bytes.Index(data, []byte("needle-05"))
+	if at < 0 {
+		t.Fatalf("needle-05 not in %s", segs[0])
+	}
+	data[at+len("needle-0")] = '6' // needle-05 -> needle-06
+	if err := os.WriteFile(segs[0], data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	m, err := startOn(t, c, f, nil)
+	if err == nil {
+		m.Close()
+		t.Fatal("member started on a damaged wal")
+	}
+	var corrupt *node.CorruptLogError
+	if !errors.As(err, &corrupt) {
+		t.Fatalf("start on a damaged wal: want a CorruptLogError, got %v", err)
+	}
+	msg := err.Error()
+	t.Logf("refused: %s", msg)
+	for _, want := range []string{"is damaged", "checksum mismatch", c.Config(f).DataDir, "etcdctl member remove", "--initial-cluster-state existing"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not say %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "\n") {
+		t.Errorf("error is more than one line: %q", msg)
+	}
+
+	// The rest of the cluster still has the value as written.
+	r, err := c.Client((f+1)%3).Get(ctx, "k05")
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "needle-05" {
+		t.Fatalf("k05 on the others: %v %v", r, err)
+	}
+}
+
+// TestLogStoreMismatchIsRefused restarts a member of each store asking for
+// the other: the data dir keeps the store it was created with, and the
+// error names both and what to do.
+func TestLogStoreMismatchIsRefused(t *testing.T) {
+	stores := []string{node.LogStoreBoltDB, node.LogStoreWAL, ""}
+	c := membertest.New(t, 3, membertest.WithConfig(func(i int, cfg *member.Config) { cfg.LogStore = stores[i] }))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.Client().Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{node.LogStoreBoltDB, node.LogStoreWAL, node.DefaultLogStore}
+	for i := range 3 {
+		if got := c.Members[i].Node().LogStore(); got != want[i] {
+			t.Errorf("member %d asked for %q opened %q, want %q", i, stores[i], got, want[i])
+		}
+	}
+	for _, i := range []int{0, 1} {
+		other := map[string]string{node.LogStoreBoltDB: node.LogStoreWAL, node.LogStoreWAL: node.LogStoreBoltDB}[want[i]]
+		c.Stop(i)
+		m, err := startOn(t, c, i, func(cfg *member.Config) { cfg.LogStore = other })
+		if err == nil {
+			m.Close()
+			t.Fatalf("member %d holding %s started with %s", i, want[i], other)
+		}
+		var mismatch *node.MismatchError
+		if !errors.As(err, &mismatch) || mismatch.Holds != want[i] || mismatch.Asked != other {
+			t.Fatalf("member %d holding %s started with %s: %v", i, want[i], other, err)
+		}
+		for _, s := range []string{"--log-store " + want[i], "--log-store " + other, c.Config(i).DataDir} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error %q does not say %q", err, s)
+			}
+		}
+		// With its own store named it starts, and has the write.
+		c.Restart(i)
+	}
+	r, err := c.Client(0, 1).Get(ctx, "k")
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "v" {
+		t.Fatalf("k after restarts: %v %v", r, err)
+	}
+}
+
+// TestLaggingFollowerInstallsSnapshot runs on each log store: a follower
+// stopped while the others write and truncate their logs past it gets the
+// leader's snapshot when it returns, then keeps appending after it
+// (raft-wal refuses an append that leaves a gap in the log it holds).
+func TestLaggingFollowerInstallsSnapshot(t *testing.T) {
+	for _, store := range []string{node.LogStoreWAL, node.LogStoreBoltDB} {
+		t.Run(store, func(t *testing.T) {
+			c := membertest.New(t, 3, membertest.WithConfig(func(_ int, cfg *member.Config) {
+				cfg.LogStore = store
+				cfg.SnapshotCount = 20 // also the entries kept behind a snapshot
+			}))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cli := c.Client()
+			put := func(from, to int) {
+				t.Helper()
+				for i := from; i < to; i++ {
+					if _, err := cli.Put(ctx, fmt.Sprintf("k%03d", i), "v"); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			put(0, 10)
+			f := (c.WaitLeader() + 1) % 3
+			c.Stop(f)
+			put(10, 200)
+			for i, m := range c.Members {
+				if i != f {
+					if err := m.Node().Raft().Snapshot().Error(); err != nil {
+						t.Fatalf("snapshot on member %d: %v", i, err)
+					}
+				}
+			}
+			c.Restart(f)
+			put(200, 230) // appended after the installed snapshot
+			count := func() int64 {
+				r, err := c.Client(f).Get(ctx, "k", clientv3.WithPrefix(), clientv3.WithSerializable(), clientv3.WithCountOnly())
+				if err != nil {
+					return -1
+				}
+				return r.Count
+			}
+			membertest.Eventually(t, 10*time.Second, func() bool { return count() == 230 }, "the returning follower did not catch up")
+			if got := c.Members[f].Node().LogStore(); got != store {
+				t.Fatalf("follower runs on %s, want %s", got, store)
+			}
+		})
+	}
+}

@@ -1,0 +1,96 @@
+package node
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/corenode/corenode/internal/testenv"
+)
+
+// smallFS mounts a tmpfs of size bytes for the test, so a write can fail
+// for a full disk for real. It needs root; without it the test skips,
+// except in CI, where it fails.
+func smallFS(t *testing.T, size string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		testenv.Unavailable(t, fmt.Sprintf("cannot mount a %s tmpfs (it needs root, as CI runs): %v: %s", size, err, out))
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	return dir
+}
+
+func snapshotDirs(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(dir, "snapshots"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// TestSnapshotOnFullDiskLeavesNothingBehind: a snapshot that fills the disk
+// is cancelled without leaving its partial files, a later one that fits
+// succeeds, and a temporary directory left by a crash is removed on open.
+func TestSnapshotOnFullDiskLeavesNothingBehind(t *testing.T) {
+	dir := smallFS(t, "1m")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := openSnapshots(dir, 2, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, trans := raft.NewInmemTransport("")
+	defer trans.Close()
+	create := func(index uint64) raft.SnapshotSink {
+		sink, err := s.Create(raft.SnapshotVersionMax, index, 1, raft.Configuration{}, 1, trans)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sink
+	}
+
+	sink := create(10)
+	if _, err := io.Copy(sink, bytes.NewReader(make([]byte, 2<<20))); err == nil {
+		t.Fatal("wrote 2 MiB to a 1 MiB file system")
+	}
+	sink.Cancel() // as raft does when Persist fails
+	if names := snapshotDirs(t, dir); len(names) != 0 {
+		t.Fatalf("a failed snapshot left %v behind", names)
+	}
+
+	sink = create(11)
+	if _, err := sink.Write(make([]byte, 256<<10)); err != nil {
+		t.Fatalf("a snapshot that fits after the failed one: %v", err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if metas, err := s.List(); err != nil || len(metas) != 1 || metas[0].Index != 11 {
+		t.Fatalf("snapshots after the retry: %v %v", metas, err)
+	}
+
+	// A crash in the middle of a snapshot leaves a .tmp directory.
+	if err := os.Mkdir(filepath.Join(dir, "snapshots", "1-12-999.tmp"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := openSnapshots(dir, 2, log); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range snapshotDirs(t, dir) {
+		if filepath.Ext(name) == ".tmp" {
+			t.Fatalf("open left %s", name)
+		}
+	}
+}

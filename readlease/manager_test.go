@@ -1,0 +1,284 @@
+package readlease
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/lease"
+)
+
+// hangAfter bounds every wait on the manager's goroutines, so a broken
+// manager fails the test instead of hanging it; a passing test never comes
+// near it.
+const hangAfter = 10 * time.Second
+
+// stepClock is a lease.Clock that moves only when the test calls advance,
+// which fires the timers due by then.
+type stepClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*stepTimer
+	// made is closed and replaced whenever a timer is made.
+	made chan struct{}
+}
+
+type stepTimer struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func (c *stepClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *stepClock) NewTimer(d time.Duration) lease.Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &stepTimer{at: c.now.Add(d), ch: make(chan time.Time, 1)}
+	if c.made != nil {
+		close(c.made)
+	}
+	c.made = make(chan struct{})
+	if d <= 0 {
+		t.ch <- c.now
+		return t
+	}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (t *stepTimer) C() <-chan time.Time { return t.ch }
+
+// Stop drops a timer that has not fired; the tests never rely on its answer.
+func (t *stepTimer) Stop() bool { return true }
+
+// awaitTimers waits until n timers are set to fire exactly at at: the
+// manager waits for that instant, not a moment earlier or later.
+func (c *stepClock) awaitTimers(t *testing.T, at time.Time, n int) {
+	t.Helper()
+	deadline := time.After(hangAfter)
+	for {
+		c.mu.Lock()
+		found := 0
+		for _, tm := range c.timers {
+			if tm.at.Equal(at) {
+				found++
+			}
+		}
+		if c.made == nil {
+			c.made = make(chan struct{})
+		}
+		made := c.made
+		c.mu.Unlock()
+		if found >= n {
+			return
+		}
+		select {
+		case <-made:
+		case <-deadline:
+			t.Fatalf("no %d timers set for %v after %v", n, at, hangAfter)
+		}
+	}
+}
+
+func (c *stepClock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.timers[:0]
+	for _, t := range c.timers {
+		if t.at.After(c.now) {
+			kept = append(kept, t)
+			continue
+		}
+		t.ch <- c.now
+	}
+	c.timers = kept
+}
+
+// stepNode applies proposals to a real FSM at once, in term.
+type stepNode struct {
+	f         *fsm.FSM
+	term      uint64
+	proposals chan fsm.Op
+}
+
+func (n *stepNode) ReadBarrier(context.Context) error { return nil }
+func (n *stepNode) FSM() *fsm.FSM                     { return n.f }
+func (n *stepNode) IsLeader() bool                    { return true }
+func (n *stepNode) LeaderChange() <-chan struct{}     { return nil }
+
+func (n *stepNode) Propose(_ context.Context, op fsm.Op, msg fsm.Message) (any, error) {
+	data, err := fsm.Encode(op, msg)
+	if err != nil {
+		return nil, err
+	}
+	res := n.f.Apply(&raft.Log{Type: raft.LogCommand, Term: n.term, Data: data}).(fsm.Result)
+	n.proposals <- op
+	return res.Resp, res.Err
+}
+
+type managerHarness struct {
+	t     *testing.T
+	clock *stepClock
+	node  *stepNode
+	m     *Manager
+	term  *term
+}
+
+func newManagerHarness(t *testing.T, termID uint64, record ...*fsm.ReadLeases) *managerHarness {
+	h := &managerHarness{t: t, clock: &stepClock{now: time.Unix(1000, 0)},
+		node: &stepNode{f: fsm.New(nil, nil), term: termID - 1, proposals: make(chan fsm.Op, 16)}}
+	for _, r := range record {
+		h.node.Propose(context.Background(), fsm.OpReadLeases, r)
+		<-h.node.proposals
+	}
+	h.node.term = termID
+	h.m = New(Config{Duration: dur, Window: 250 * time.Millisecond, Limits: Limits{MaxKeys: 10, MaxHoldersPerKey: 10}, Clock: h.clock}, h.node)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h.m.Run(ctx, termID)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	wctx, wcancel := context.WithTimeout(context.Background(), hangAfter)
+	defer wcancel()
+	var err error
+	if h.term, err = h.m.current(wctx); err != nil {
+		t.Fatalf("the term's state was never built: %v", err)
+	}
+	return h
+}
+
+// holder registers a session that takes a lease on key now, and returns it.
+func (h *managerHarness) holder(id HolderID, key string) *session {
+	s := &session{id: id, wake: make(chan struct{}, 1), max: 100, cancel: func() {}}
+	h.term.mu.Lock()
+	defer h.term.mu.Unlock()
+	h.term.table.AddHolder(id)
+	h.term.sessions[id] = s
+	if h.term.table.Grant(id, []byte(key), 0, h.clock.Now()) == 0 {
+		h.t.Fatal("no lease granted")
+	}
+	return s
+}
+
+// put admits a put of key in the background; the channel gets the clock's
+// time when Admit returned.
+func (h *managerHarness) put(key string) <-chan time.Time {
+	data, err := fsm.Encode(fsm.OpPut, &pb.PutRequest{Key: []byte(key), Value: []byte("v")})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := make(chan time.Time, 1)
+	go func() {
+		release, err := h.m.Admit(context.Background(), fsm.OpPut, data)
+		if err != nil {
+			h.t.Errorf("admit: %v", err)
+		}
+		out <- h.clock.Now()
+		release()
+	}()
+	return out
+}
+
+func await[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(hangAfter):
+		t.Fatalf("%s: nothing after %v", what, hangAfter)
+	}
+	var zero T
+	return zero
+}
+
+// invalidation waits until the session has an Invalidate queued.
+func invalidation(t *testing.T, s *session) uint64 {
+	t.Helper()
+	for {
+		s.mu.Lock()
+		for _, m := range s.queue {
+			if inv := m.GetInvalidate(); inv != nil {
+				s.mu.Unlock()
+				return inv.Seq
+			}
+		}
+		s.mu.Unlock()
+		await(t, s.wake, "invalidation")
+	}
+}
+
+// A write waits for the holder's answer, and goes ahead on it, before the
+// lease runs out.
+func TestAdmitWaitsForTheAnswer(t *testing.T) {
+	h := newManagerHarness(t, 2)
+	s := h.holder(1, "k")
+	admitted := h.put("k")
+	seq := invalidation(t, s)
+	h.clock.advance(time.Second) // half the lease: not enough on its own
+	h.m.ack(h.term, 1, seq)
+	if at := await(t, admitted, "admit after the answer"); !at.Equal(time.Unix(1001, 0)) {
+		t.Fatalf("admitted at %v, want at the answer, 1001", at.Unix())
+	}
+}
+
+// A holder that never answers holds the write until its lease ran out,
+// not a moment less.
+func TestAdmitWaitsOutASilentHolder(t *testing.T) {
+	h := newManagerHarness(t, 2)
+	// Granted off the sweep's schedule, so no other timer shares its
+	// deadline.
+	h.clock.advance(100 * time.Millisecond)
+	s := h.holder(1, "k")
+	deadline := time.Unix(1000, 0).Add(100 * time.Millisecond).Add(dur)
+	admitted := h.put("k")
+	invalidation(t, s)
+	h.clock.awaitTimers(t, deadline, 1)
+	h.clock.advance(dur)
+	if at := await(t, admitted, "admit at the deadline"); !at.Equal(deadline) {
+		t.Fatalf("admitted at %v, want when the lease ran out, %v", at, deadline)
+	}
+}
+
+// A leader whose predecessor's term granted holds writes for the horizon
+// plus the margin, then records that it waited; one whose predecessors'
+// grants were cleared does not wait.
+func TestNewLeaderWaitsOutThenClears(t *testing.T) {
+	horizon := 3 * time.Second
+	h := newManagerHarness(t, 2, &fsm.ReadLeases{Grant: true, Horizon: horizon})
+	admitted := h.put("k")
+	wait := horizon + margin(horizon)
+	// Two timers at the end of the wait: the write's, and the one that
+	// records the clearing.
+	h.clock.awaitTimers(t, time.Unix(1000, 0).Add(wait), 2)
+	h.clock.advance(wait)
+	if at := await(t, admitted, "admit after the horizon"); !at.Equal(time.Unix(1000, 0).Add(wait)) {
+		t.Fatalf("admitted %v after the term began, want after the horizon and margin, %v", at.Sub(time.Unix(1000, 0)), wait)
+	}
+	if op := await(t, h.node.proposals, "the clearing record"); op != fsm.OpReadLeases {
+		t.Fatalf("proposed %s, want the clearing record", op)
+	}
+	if r := h.node.f.ReadLeases(); r.Cleared != 1 || r.GrantTerm != 1 {
+		t.Fatalf("record %+v, want term 1 granting and cleared", r)
+	}
+
+	cleared := newManagerHarness(t, 3, &fsm.ReadLeases{Grant: true, Horizon: horizon}, &fsm.ReadLeases{Cleared: 2})
+	if at := await(t, cleared.put("k"), "admit when cleared"); !at.Equal(time.Unix(1000, 0)) {
+		t.Fatalf("admitted at %v with every earlier grant cleared, want at once", at)
+	}
+}

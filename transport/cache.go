@@ -1,0 +1,90 @@
+package transport
+
+import (
+	"context"
+	"errors"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/corenode/corenode/api/cachepb"
+	"github.com/corenode/corenode/readlease"
+)
+
+// cacheService is the read-lease cache's edge: the leader serves a session
+// (readlease.Manager), any other member relays it to the leader whole.
+type cacheService struct {
+	cachepb.UnimplementedCacheServer
+	s *Server
+}
+
+// SetReadLeases enables the cache service; call before Register.
+func (s *Server) SetReadLeases(m *readlease.Manager) { s.readLeases = m }
+
+func (c *cacheService) Session(stream cachepb.Cache_SessionServer) error {
+	err := c.s.readLeases.Serve(stream)
+	if !errors.Is(err, readlease.ErrNotLeader) {
+		return err
+	}
+	if isForwarded(stream.Context()) {
+		// Relayed here by a member that took this one for the leader.
+		return rpctypes.ErrGRPCNotLeader
+	}
+	return c.relay(stream)
+}
+
+// relay pipes a session to the leader until either side ends it or this
+// member sees the leader change: the client then opens a new session,
+// which reaches the new leader. Messages keep their order both ways, which
+// the session's ordering promise needs.
+func (c *cacheService) relay(stream cachepb.Cache_SessionServer) error {
+	changed := c.s.node.LeaderChange()
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	conn, err := c.s.leaderConn(ctx)
+	if err != nil {
+		return err
+	}
+	if conn == nil {
+		// This member became the leader meanwhile; its term's state may not
+		// be built yet, so the client retries.
+		return rpctypes.ErrGRPCLeaderChanged
+	}
+	up, err := cachepb.NewCacheClient(conn).Session(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"))
+	if err != nil {
+		return err
+	}
+	done := make(chan error, 2)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				done <- err
+				return
+			}
+			if err := up.Send(req); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	go func() {
+		for {
+			resp, err := up.Recv()
+			if err != nil {
+				done <- err
+				return
+			}
+			if err := stream.Send(resp); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-changed:
+		return rpctypes.ErrGRPCLeaderChanged
+	}
+}
