@@ -204,3 +204,56 @@ func TestLaggingFollowerInstallsSnapshot(t *testing.T) {
 		})
 	}
 }
+
+// TestDeletedSnapshotDirStopsMember deletes the snapshots directory of a
+// stopped member whose log was truncated behind its snapshot: the member
+// refuses to start with one line that names the missing snapshot and what
+// to do (raft itself would panic with "log not found"), on either store.
+func TestDeletedSnapshotDirStopsMember(t *testing.T) {
+	for _, store := range []string{node.LogStoreWAL, node.LogStoreBoltDB} {
+		t.Run(store, func(t *testing.T) {
+			c := membertest.New(t, 3, membertest.WithConfig(func(_ int, cfg *member.Config) {
+				cfg.LogStore = store
+				cfg.SnapshotCount = 20 // also the entries kept behind a snapshot
+			}))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cli := c.Client()
+			for i := range 100 {
+				if _, err := cli.Put(ctx, fmt.Sprintf("k%03d", i), "v"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f := (c.WaitLeader() + 1) % 3
+			c.CatchUp(c.WaitLeader())
+			if err := c.Members[f].Node().Raft().Snapshot().Error(); err != nil {
+				t.Fatalf("snapshot on member %d: %v", f, err)
+			}
+			c.Stop(f)
+			dir := filepath.Join(c.Config(f).DataDir, "snapshots")
+			if metas, _ := filepath.Glob(filepath.Join(dir, "*", "meta.json")); len(metas) == 0 {
+				t.Fatalf("no snapshot in %s to delete", dir)
+			}
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+
+			m, err := startOn(t, c, f, nil)
+			if err == nil {
+				m.Close()
+				t.Fatal("member started without the snapshot its log was truncated behind")
+			}
+			var corrupt *node.CorruptLogError
+			if !errors.As(err, &corrupt) {
+				t.Fatalf("start without snapshots: want a CorruptLogError, got %v", err)
+			}
+			msg := err.Error()
+			t.Logf("refused: %s", msg)
+			for _, want := range []string{"no snapshot holds the entries before it", c.Config(f).DataDir, "etcdctl member remove", "--initial-cluster-state existing"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("error %q does not say %q", msg, want)
+				}
+			}
+		})
+	}
+}

@@ -87,39 +87,3 @@ func (n *Node) DiskSize() int64 {
 	}
 	return total
 }
-
-// countLeaderChanges follows raft's leader and state observations until stop
-// closes: each one is a hint to read the leader again (Leader's view, so a
-// candidate has none). It counts new leaders, as etcd's leader_changes_seen
-// does, and wakes LeaderChange waiters on every change, including to no
-// leader.
-func (n *Node) countLeaderChanges(ch chan raft.Observation) {
-	defer n.done.Done()
-	var last, lastKnown raft.ServerID
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-ch:
-		}
-		_, id := n.leader()
-		if id == last {
-			continue
-		}
-		last = id
-		n.leaderChange.Notify()
-		if id != "" && id != lastKnown {
-			lastKnown = id
-			n.metrics.leaderChanges.Inc()
-		}
-	}
-}
-
-// LeaderChange returns a channel closed at the next change of the leader
-// this member knows of (including to none). A member forwarding a request
-// takes it before looking the leader up, and gives up on the request when
-// it closes: a leader that died without closing its connections (a host
-// gone, not a process) would otherwise hold the request until its deadline.
-func (n *Node) LeaderChange() <-chan struct{} {
-	return n.leaderChange.Wait()
-}

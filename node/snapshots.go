@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -42,6 +43,33 @@ func openSnapshots(dataDir string, retain int, log *slog.Logger) (*snapshotStore
 	}
 	return &snapshotStore{FileSnapshotStore: fs, dir: dir, log: log}, nil
 }
+
+// checkSnapshotCoversLog refuses a log that was truncated behind a
+// snapshot the store no longer holds (a deleted or emptied snapshots
+// directory): raft would start on it and panic ("log not found") when it
+// reads the missing entries, where the member must instead be re-added.
+func checkSnapshotCoversLog(logs raft.LogStore, snaps raft.SnapshotStore) error {
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("first index: %w", err)
+	}
+	if first <= 1 {
+		return nil // nothing truncated: the log alone rebuilds the state
+	}
+	metas, err := snaps.List()
+	if err != nil {
+		return fmt.Errorf("list snapshots: %w", err)
+	}
+	if len(metas) > 0 && metas[0].Index+1 >= first {
+		return nil // List puts the newest first
+	}
+	return fmt.Errorf("%w: the log starts at entry %d, and no snapshot holds the entries before it (was the snapshots directory deleted?)",
+		errSnapshotMissing, first)
+}
+
+// errSnapshotMissing marks a log whose earlier entries live only in a
+// snapshot that is gone.
+var errSnapshotMissing = errors.New("snapshot missing")
 
 // removeTempSnapshots deletes dir's temporary snapshot directories.
 func removeTempSnapshots(dir string, log *slog.Logger) error {
@@ -121,4 +149,55 @@ func closeStateFile(sink raft.SnapshotSink) {
 	if file := *(**os.File)(unsafe.Pointer(f.UnsafeAddr())); file != nil {
 		_ = file.Close()
 	}
+}
+
+// OpenSnapshot returns a consistent snapshot of the state machine as of a
+// recent applied index: raft takes a fresh snapshot (which also compacts the
+// log), or, when nothing was applied since the last one, that one serves.
+// The caller closes the reader.
+func (n *Node) OpenSnapshot() (*raft.SnapshotMeta, io.ReadCloser, error) {
+	f := n.raft.Snapshot()
+	if err := f.Error(); err == nil {
+		return f.Open()
+	} else if !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		return nil, nil, fmt.Errorf("node: take snapshot: %w", err)
+	}
+	metas, err := n.snaps.List()
+	if err != nil {
+		return nil, nil, fmt.Errorf("node: list snapshots: %w", err)
+	}
+	if len(metas) == 0 {
+		return nil, nil, errors.New("node: no snapshot available")
+	}
+	return n.snaps.Open(metas[0].ID)
+}
+
+// WriteRestoredSnapshot seeds an empty data directory with state as its
+// first raft snapshot, with servers as the configuration: the member started
+// on it finds existing state and skips bootstrap, so every member of a
+// cluster restored from the same file starts from identical state.
+func WriteRestoredSnapshot(dataDir string, servers []raft.Server, state io.Reader) error {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("node: data dir: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(dataDir, 2, hclog.NewNullLogger())
+	if err != nil {
+		return fmt.Errorf("node: open snapshot store: %w", err)
+	}
+	// The transport only encodes the legacy peer list inside the snapshot
+	// metadata; its address form is the same as the network transport's.
+	_, trans := raft.NewInmemTransport("")
+	defer trans.Close()
+	sink, err := snaps.Create(raft.SnapshotVersionMax, RestoredIndex, 1, raft.Configuration{Servers: servers}, RestoredIndex, trans)
+	if err != nil {
+		return fmt.Errorf("node: create snapshot: %w", err)
+	}
+	if _, err := io.Copy(sink, state); err != nil {
+		_ = sink.Cancel()
+		return fmt.Errorf("node: write snapshot: %w", err)
+	}
+	if err := sink.Close(); err != nil {
+		return fmt.Errorf("node: write snapshot: %w", err)
+	}
+	return nil
 }

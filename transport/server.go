@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/corenode/corenode/internal/round"
 	"log/slog"
 	"math"
 	"net"
@@ -55,9 +56,9 @@ type Server struct {
 	cmu   sync.Mutex
 	conns map[string]*grpc.ClientConn // by leader peer address
 
-	imu       sync.Mutex
-	nextIndex *indexRound
-	indexing  bool
+	// indexRounds shares read-index round trips among a follower's
+	// linearizable reads.
+	indexRounds *round.Group[uint64]
 
 	leases       LeaseBackend
 	minTTL       int64
@@ -85,6 +86,7 @@ func NewServer(n *node.Node, peers *PeerMux, limits Limits, electionTimeout time
 		conns:          map[string]*grpc.ClientConn{},
 	}
 	s.progressInterval = DefaultProgressNotifyInterval
+	s.indexRounds = round.New(s.askReadIndex)
 	return s
 }
 
@@ -444,51 +446,12 @@ func linearizable[T any](s *Server, ctx context.Context, read func() (T, error))
 	})
 }
 
-// indexRound is one read-index request to the leader, shared by every
-// linearizable read that arrived on this follower before it was sent.
-type indexRound struct {
-	done  chan struct{}
-	index uint64
-	err   error
-}
-
 // readIndex returns an index that covers every write acknowledged before
-// the call. Concurrent callers share one round trip, joining only a round
-// not yet sent (one already in flight may have been answered by a leader
-// that was deposed before this call began).
+// the call. Concurrent callers share one round trip to the leader, joining
+// only a round not yet sent (one already in flight may have been answered
+// by a leader that was deposed before this call began).
 func (s *Server) readIndex(ctx context.Context) (uint64, error) {
-	s.imu.Lock()
-	if s.nextIndex == nil {
-		s.nextIndex = &indexRound{done: make(chan struct{})}
-	}
-	r := s.nextIndex
-	if !s.indexing {
-		s.indexing = true
-		go s.indexRounds()
-	}
-	s.imu.Unlock()
-	select {
-	case <-r.done:
-		return r.index, r.err
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-}
-
-func (s *Server) indexRounds() {
-	for {
-		s.imu.Lock()
-		r := s.nextIndex
-		s.nextIndex = nil
-		if r == nil {
-			s.indexing = false
-			s.imu.Unlock()
-			return
-		}
-		s.imu.Unlock()
-		r.index, r.err = s.askReadIndex()
-		close(r.done)
-	}
+	return s.indexRounds.Do(ctx)
 }
 
 func (s *Server) askReadIndex() (uint64, error) {

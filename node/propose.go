@@ -1,0 +1,112 @@
+// The proposal path: every change to replicated state is a command that
+// passes the leader's Gate, then raft, then the FSM, and Propose returns
+// the FSM's answer once this member has applied it. A follower does not
+// propose; its transport forwards the client's request to the leader.
+
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/corenode/corenode/fsm"
+	"github.com/hashicorp/raft"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+)
+
+// Gate holds a leader's commands back until they may change state. The
+// read-lease manager is one: a write to a key under read leases waits until
+// no holder can still serve the old value.
+//
+// Admit is called on the leader for every command, from any number of
+// goroutines at once, before the command is handed to raft. It returns once
+// the command may be proposed, or with an error (ctx's, or one for the
+// client) and then the command is not proposed. If it returns nil error,
+// release is called exactly once: after the command applied on this member,
+// or after its proposal failed (then it may still commit under a later
+// leader, whose own gate admits nothing before every earlier promise ran
+// out).
+type Gate interface {
+	Admit(ctx context.Context, op fsm.Op, data []byte) (release func(), err error)
+}
+
+// Propose replicates one command and returns the FSM's response once the
+// entry is committed on a quorum (fsynced) and applied on this member. It is
+// the only way replicated state changes.
+//
+// A proposal cannot be withdrawn once handed to raft: if ctx ends first the
+// caller stops waiting, but the command may still commit. The wait itself is
+// bounded: a leader that loses its quorum steps down after the leader lease
+// timeout and fails every pending future.
+func (n *Node) Propose(ctx context.Context, op fsm.Op, msg fsm.Message) (any, error) {
+	if n.raft.State() != raft.Leader {
+		return nil, ErrNotLeader
+	}
+	data, err := fsm.Encode(op, msg)
+	if err != nil {
+		return nil, err
+	}
+	return n.propose(ctx, op, data)
+}
+
+// ProposeEncoded is Propose for a command a follower already encoded with
+// fsm.Encode and forwarded; the FSM validates it again when it applies.
+func (n *Node) ProposeEncoded(ctx context.Context, data []byte) (any, error) {
+	if n.raft.State() != raft.Leader {
+		return nil, ErrNotLeader
+	}
+	if len(data) < 2 {
+		return nil, fmt.Errorf("node: forwarded command of %d bytes is too short", len(data))
+	}
+	return n.propose(ctx, fsm.Op(data[1]), data)
+}
+
+// SetGate installs the gate every proposal passes (nil: none). Set it
+// before Start.
+func (n *Node) SetGate(g Gate) {
+	if g == nil {
+		n.gate.Store(nil)
+		return
+	}
+	n.gate.Store(&g)
+}
+
+func (n *Node) propose(ctx context.Context, op fsm.Op, data []byte) (any, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if g := n.gate.Load(); g != nil {
+		release, err := (*g).Admit(ctx, op, data)
+		if err != nil {
+			return nil, err
+		}
+		// raft's future resolves only once the entry applied here or the
+		// proposal failed (leadership lost, shutdown): Gate's contract.
+		defer release()
+	}
+	start := time.Now()
+	n.metrics.proposals.Inc()
+	f := n.raft.Apply(data, n.cfg.ElectionTimeout)
+	if err := f.Error(); err != nil {
+		n.metrics.proposalsFail.Inc()
+		switch {
+		case errors.Is(err, raft.ErrNotLeader):
+			return nil, ErrNotLeader
+		case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+			return nil, rpctypes.ErrGRPCLeaderChanged
+		case errors.Is(err, raft.ErrRaftShutdown):
+			return nil, rpctypes.ErrGRPCStopped
+		case errors.Is(err, raft.ErrEnqueueTimeout):
+			return nil, rpctypes.ErrGRPCTimeout
+		}
+		return nil, fmt.Errorf("node: propose %s: %w", op, err)
+	}
+	n.metrics.applyLatency.Observe(time.Since(start).Seconds())
+	res, ok := f.Response().(fsm.Result)
+	if !ok {
+		return nil, fmt.Errorf("node: propose %s: unexpected apply result %T", op, f.Response())
+	}
+	return res.Resp, res.Err
+}
