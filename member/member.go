@@ -20,6 +20,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/corenode/corenode/lessor"
+
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -362,7 +364,8 @@ func Start(cfg Config) (*Member, error) {
 	if cfg.CorruptCheckTime > 0 {
 		m.node.AddLeaderService(integrity.New(integrityCluster{m.node, m.server}, cfg.CorruptCheckTime, logger))
 	}
-	m.server.SetLeases(leaseBackend{sched, tracker}, MinTTL(cfg.ElectionTimeout), sched.Metrics())
+	m.server.SetLeases(lessor.New(leaseClock{sched, tracker}, leaseState{m.node.FSM()}, m.node.ReadBarrier, MinTTL(cfg.ElectionTimeout)),
+		sched.Metrics())
 	m.readLeases = readlease.New(readLeaseConfig(cfg, logger), m.node)
 	m.node.AddLeaderService(m.readLeases)
 	m.node.SetGate(m.readLeases)
@@ -499,12 +502,25 @@ func (c integrityCluster) RaiseCorrupt(ctx context.Context, id uint64) error {
 	return c.s.RaiseAlarm(ctx, id, pb.AlarmType_CORRUPT)
 }
 
-type leaseBackend struct {
+// leaseClock is the leader's lease clock for the lessor: renewals through
+// the scheduler (which waits until they are safe to announce), time left
+// from the tracker.
+type leaseClock struct {
 	*checkpoint.Scheduler
 	tr *lease.Tracker
 }
 
-func (b leaseBackend) Remaining(id int64) (int64, int64, bool) { return b.tr.Remaining(id) }
+func (c leaseClock) Remaining(id int64) (int64, int64, bool) { return c.tr.Remaining(id) }
+
+// leaseState is the replicated lease state the lessor reads.
+type leaseState struct{ f *fsm.FSM }
+
+func (s leaseState) LeaseExists(id int64) bool {
+	_, ok := s.f.Lease(id)
+	return ok
+}
+
+func (s leaseState) LeaseKeys(id int64) [][]byte { return s.f.Store().LeaseKeys(id) }
 
 func sorted(s []string) []string {
 	c := slices.Clone(s)

@@ -18,10 +18,9 @@ import (
 // watchers and serializable readers would see.
 const commitNotifyDelay = 500 * time.Microsecond
 
-// serveFollowers runs while this member leads term and keeps, per
-// follower of the current configuration, a commit teller (tellCommits) and
-// an early sender (sendEarly, fed through e by the log store).
-func (n *Node) serveFollowers(ctx context.Context, term uint64, e *earlyReplication) {
+// serveFollowers runs while this member leads term and keeps a commit
+// teller (tellCommits) per follower of the current configuration.
+func (n *Node) serveFollowers(ctx context.Context, term uint64) {
 	tellers := map[raft.ServerID]context.CancelFunc{}
 	defer func() {
 		for _, stop := range tellers {
@@ -45,13 +44,11 @@ func (n *Node) serveFollowers(ctx context.Context, term uint64, e *earlyReplicat
 					tctx, stop := context.WithCancel(ctx)
 					tellers[s.ID] = stop
 					go n.tellCommits(tctx, term, s.ID, s.Address)
-					go n.sendEarly(tctx, term, s.ID, s.Address, e.add(s.ID))
 				}
 			}
 			for id, stop := range tellers {
 				if !current[id] {
 					stop()
-					e.remove(id)
 					delete(tellers, id)
 				}
 			}
@@ -132,17 +129,15 @@ func (n *Node) tellCommits(ctx context.Context, term uint64, id raft.ServerID, a
 // that its log matches ours up to there before it commits anything; it
 // carries no entries, and a follower of a later term refuses it.
 func (n *Node) sendCommit(term uint64, id raft.ServerID, addr raft.ServerAddress, index uint64) error {
-	return n.appendAfter(term, id, addr, index, nil, index, false)
+	return n.appendAfter(term, id, addr, index, index)
 }
 
-// appendAfter sends follower id, as this term's leader, the entries after
-// prev (possibly none) with commit as the leader's commit index, and fails
-// unless the follower took them. The follower's log must hold prev with
-// the term ours has there; commit must be at most prev or the last entry,
-// which the follower's log then matches ours up to. An early append
-// (early.go) is marked as one, so that raft's own append of the same
-// entries waits for its answer.
-func (n *Node) appendAfter(term uint64, id raft.ServerID, addr raft.ServerAddress, prev uint64, entries []*raft.Log, commit uint64, early bool) error {
+// appendAfter sends follower id, as this term's leader, an append of no
+// entries after prev with commit as the leader's commit index, and fails
+// unless the follower took it. The follower's log must hold prev with the
+// term ours has there; commit must be at most prev, which the follower's
+// log then matches ours up to.
+func (n *Node) appendAfter(term uint64, id raft.ServerID, addr raft.ServerAddress, prev, commit uint64) error {
 	var prevTerm uint64
 	if prev > 0 {
 		var l raft.Log
@@ -158,15 +153,10 @@ func (n *Node) appendAfter(term uint64, id raft.ServerID, addr raft.ServerAddres
 		Leader:            hdr.Addr,
 		PrevLogEntry:      prev,
 		PrevLogTerm:       prevTerm,
-		Entries:           entries,
 		LeaderCommitIndex: commit,
 	}
 	var resp raft.AppendEntriesResponse
-	send := n.repl.AppendEntries
-	if early {
-		send = n.repl.appendEarly
-	}
-	if err := send(id, addr, req, &resp); err != nil {
+	if err := n.repl.AppendEntries(id, addr, req, &resp); err != nil {
 		return err
 	}
 	if !resp.Success {

@@ -10,7 +10,6 @@ package node
 
 import (
 	"context"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -100,15 +99,10 @@ func (n *Node) lead(ctx context.Context) {
 	services := slices.Clone(n.services)
 	n.smu.Unlock()
 	var wg sync.WaitGroup
-	e := newEarlyReplication(term)
-	if os.Getenv("CORENODE_EXP_NOEARLY") == "" {
-		n.early.Store(e)
-	}
-	defer n.early.CompareAndSwap(e, nil)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		n.serveFollowers(ctx, term, e)
+		n.serveFollowers(ctx, term)
 	}()
 	for _, s := range services {
 		wg.Add(1)

@@ -379,7 +379,7 @@ func TestWALIsMonotonic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !isMonotonic(earlyLogStore{cache, nil}) {
+	if !isMonotonic(cache) {
 		t.Fatal("raft would not see the wal as monotonic")
 	}
 }

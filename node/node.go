@@ -78,10 +78,6 @@ type Config struct {
 	LeaseObserver fsm.LeaseObserver
 	// Metrics, when set, registers the member's raft, proposal and disk series.
 	Metrics prometheus.Registerer
-
-	// wrapLog, in tests, wraps the raft log store under the early
-	// replication hook (to hold a write and see what followers get).
-	wrapLog func(raft.LogStore) raft.LogStore
 }
 
 // TermProber asks another member for its current raft term, the seam
@@ -118,10 +114,6 @@ type Node struct {
 	metrics *metrics
 	obs     *raft.Observer
 	obsCh   chan raft.Observation
-
-	// early is the current leadership term's early replication (nil when
-	// not leading); the log store offers it the leader's new entries.
-	early atomic.Pointer[earlyReplication]
 
 	// readyTerm is the term in which this member, as leader, has applied all
 	// earlier entries; linearizable reads wait for it.
@@ -235,7 +227,7 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: log cache: %w", err)
 	}
 
-	n.repl = newReplication(cfg.Transport, n.metrics)
+	n.repl = newReplication(cfg.Transport)
 	notify := make(chan bool, 16)
 	rc := raftConfig(cfg, notify)
 
@@ -255,11 +247,7 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 
-	var store raft.LogStore = logs
-	if cfg.wrapLog != nil {
-		store = cfg.wrapLog(store)
-	}
-	r, err := raft.NewRaft(rc, n.fsm, earlyLogStore{store, n}, stores, snaps, n.repl)
+	r, err := raft.NewRaft(rc, n.fsm, logs, stores, snaps, n.repl)
 	if err != nil {
 		stores.Close()
 		return nil, fmt.Errorf("node: start raft: %w", err)

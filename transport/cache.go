@@ -2,7 +2,6 @@ package transport
 
 import (
 	"context"
-	"errors"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/metadata"
@@ -23,7 +22,7 @@ func (s *Server) SetReadLeases(m *readlease.Manager) { s.readLeases = m }
 
 func (c *cacheService) Session(stream cachepb.Cache_SessionServer) error {
 	err := c.s.readLeases.Serve(stream)
-	if !errors.Is(err, readlease.ErrNotLeader) {
+	if !notLeader(err) {
 		return err
 	}
 	if isForwarded(stream.Context()) {

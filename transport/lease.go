@@ -2,8 +2,6 @@ package transport
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"io"
 	"sync"
@@ -16,58 +14,27 @@ import (
 
 	"github.com/corenode/corenode/checkpoint"
 	"github.com/corenode/corenode/fsm"
-	"github.com/corenode/corenode/lease"
-	"github.com/corenode/corenode/node"
+	"github.com/corenode/corenode/lessor"
 )
 
-// LeaseBackend is the leader's lease timing: keep-alives and remaining TTLs.
-// Both answer only on the leader.
-type LeaseBackend interface {
-	Renew(ctx context.Context, id int64) (int64, error)
-	Remaining(id int64) (remaining, granted int64, ok bool)
-}
-
-// SetLeases enables the Lease service. minTTL is the smallest TTL granted,
-// in seconds: smaller requests are raised to it, as etcd does, because a
-// lease shorter than an election could expire during one. m must not be nil.
-func (s *Server) SetLeases(b LeaseBackend, minTTL int64, m *checkpoint.Metrics) {
-	s.leases, s.minTTL, s.leaseMetrics = b, minTTL, m
+// SetLeases enables the Lease service, whose rules l applies; m counts
+// grants and revokes and must not be nil.
+func (s *Server) SetLeases(l *lessor.Lessor, m *checkpoint.Metrics) {
+	s.leases, s.leaseMetrics = l, m
 }
 
 type leaseService struct{ s *Server }
 
 func (l *leaseService) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
-	if r.TTL > lease.MaxTTL {
-		return nil, rpctypes.ErrGRPCLeaseTTLTooLarge
+	resp, err := l.s.leases.Grant(ctx, r, func(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+		return propose[*pb.LeaseGrantResponse](l.s, ctx, fsm.OpLeaseGrant, req)
+	})
+	if err != nil {
+		return nil, mapErr(ctx, err)
 	}
-	req := &pb.LeaseGrantRequest{ID: r.ID, TTL: max(r.TTL, l.s.minTTL)}
-	for attempt := 0; ; attempt++ {
-		if r.ID == 0 {
-			// Chosen before proposing, so apply stays deterministic; a
-			// collision is caught at apply and retried with another ID.
-			req.ID = randomLeaseID()
-		}
-		resp, err := propose[*pb.LeaseGrantResponse](l.s, ctx, fsm.OpLeaseGrant, req)
-		if r.ID == 0 && errors.Is(err, rpctypes.ErrGRPCLeaseExist) && attempt < 3 {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		l.s.leaseMetrics.Grants.Inc()
-		l.s.header(resp.Header)
-		return resp, nil
-	}
-}
-
-func randomLeaseID() int64 {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	id := int64(binary.BigEndian.Uint64(b[:]) >> 1)
-	if id == 0 {
-		id = 1
-	}
-	return id
+	l.s.leaseMetrics.Grants.Inc()
+	l.s.header(resp.Header)
+	return resp, nil
 }
 
 func (l *leaseService) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
@@ -83,21 +50,7 @@ func (l *leaseService) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest
 func (l *leaseService) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	// Only the leader knows how much time is left.
 	resp, err := onLeader(l.s, ctx, true, func(ctx context.Context) (*pb.LeaseTimeToLiveResponse, error) {
-		if err := l.s.node.ReadBarrier(ctx); err != nil {
-			return nil, err
-		}
-		remaining, granted, ok := l.s.leases.Remaining(r.ID)
-		if !ok {
-			if !l.s.leaseKnown(r.ID) {
-				return &pb.LeaseTimeToLiveResponse{Header: l.s.header(nil), ID: r.ID, TTL: -1}, nil // etcd's answer for no such lease
-			}
-			return nil, node.ErrNotLeader // the tracker is not promoted yet
-		}
-		resp := &pb.LeaseTimeToLiveResponse{Header: l.s.header(nil), ID: r.ID, TTL: remaining, GrantedTTL: granted}
-		if r.Keys {
-			resp.Keys = l.s.node.Store().LeaseKeys(r.ID)
-		}
-		return resp, nil
+		return l.s.leases.TimeToLive(ctx, r)
 	}, unary(l.s, func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseTimeToLiveResponse, error) {
 		return pb.NewLeaseClient(c).LeaseTimeToLive(ctx, r)
 	}))
@@ -105,13 +58,8 @@ func (l *leaseService) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiv
 		return nil, err
 	}
 	// The revision is the answering leader's; the rest is this member's.
-	l.s.header(resp.Header)
+	resp.Header = l.s.header(resp.Header)
 	return resp, nil
-}
-
-func (s *Server) leaseKnown(id int64) bool {
-	_, ok := s.node.FSM().Lease(id)
-	return ok
 }
 
 func (l *leaseService) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
@@ -157,13 +105,16 @@ func (l *leaseService) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) erro
 			wg.Add(1)
 			go func() {
 				defer func() { <-sem; wg.Done() }()
+				// The header is taken before the renewal, as etcd does: its
+				// revision is then at most the one the renewal happened at.
+				header := l.s.header(nil)
 				ttl, err := l.s.renew(ctx, req.ID)
 				if err != nil {
 					cancel(err)
 					return
 				}
 				smu.Lock()
-				err = stream.Send(&pb.LeaseKeepAliveResponse{Header: l.s.header(nil), ID: req.ID, TTL: ttl})
+				err = stream.Send(&pb.LeaseKeepAliveResponse{Header: header, ID: req.ID, TTL: ttl})
 				smu.Unlock()
 				if err != nil {
 					cancel(err)
@@ -189,11 +140,7 @@ func (l *leaseService) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) erro
 // the member's one shared keep-alive stream.
 func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
 	return onLeader(s, ctx, true, func(ctx context.Context) (int64, error) {
-		ttl, err := s.leases.Renew(ctx, id)
-		if errors.Is(err, checkpoint.ErrNotLeader) {
-			return 0, node.ErrNotLeader
-		}
-		return ttl, err
+		return s.leases.Renew(ctx, id)
 	}, func(ctx context.Context, changed <-chan struct{}, c *grpc.ClientConn) (int64, error) {
 		return s.keepAlive.renew(ctx, changed, s.grace, c, id)
 	})

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/corenode/corenode/internal/round"
 	"log/slog"
 	"math"
 	"net"
@@ -15,6 +14,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/corenode/corenode/lessor"
+
+	"github.com/corenode/corenode/internal/round"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -60,8 +63,7 @@ type Server struct {
 	// linearizable reads.
 	indexRounds *round.Group[uint64]
 
-	leases       LeaseBackend
-	minTTL       int64
+	leases       *lessor.Lessor
 	leaseMetrics *checkpoint.Metrics
 	keepAlive    kaForwarder
 	proposals    proposalForwarder
@@ -224,7 +226,7 @@ func onLeader[T any](s *Server, ctx context.Context, idempotent bool,
 	for attempt := 0; ; attempt++ {
 		if s.node.IsLeader() {
 			resp, err := local(ctx)
-			if !errors.Is(err, node.ErrNotLeader) {
+			if !notLeader(err) {
 				return resp, mapErr(ctx, err)
 			}
 		}
@@ -354,25 +356,6 @@ func retryable(err error, idempotent bool) bool {
 	// dial or handshake error; such a call was never written anywhere.
 	msg := strings.ToLower(st.Message())
 	return idempotent || strings.Contains(msg, "while dialing") || strings.Contains(msg, "handshake failed")
-}
-
-// mapErr turns context and internal errors into the gRPC errors etcd sends.
-func mapErr(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return rpctypes.ErrGRPCTimeout
-	case errors.Is(err, context.Canceled):
-		return status.Error(codes.Canceled, err.Error())
-	case errors.Is(err, node.ErrNotLeader):
-		return rpctypes.ErrGRPCNotLeader
-	}
-	return status.Error(codes.Unknown, err.Error())
 }
 
 // propose is the write path shared by every mutating RPC: the leader
