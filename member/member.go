@@ -20,20 +20,18 @@ import (
 	"sync"
 	"time"
 
-	"github.com/corenode/corenode/lessor"
-
 	"github.com/hashicorp/raft"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
-
 	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/corenode/corenode/checkpoint"
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/integrity"
 	"github.com/corenode/corenode/kv"
 	"github.com/corenode/corenode/lease"
+	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/node"
 	"github.com/corenode/corenode/readlease"
 	"github.com/corenode/corenode/transport"

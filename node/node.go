@@ -22,13 +22,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/corenode/corenode/internal/round"
-
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/internal/round"
 	"github.com/corenode/corenode/kv"
 )
 

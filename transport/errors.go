@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 
-	"github.com/corenode/corenode/lessor"
-
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/corenode/corenode/checkpoint"
+	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/node"
 	"github.com/corenode/corenode/readlease"
 )
@@ -54,8 +53,13 @@ func mapErr(ctx context.Context, err error) error {
 }
 
 // notLeader reports whether err says this member does not lead (in any
-// layer's words): the request may then go to the leader.
+// layer's words, those errTable maps to etcd's "not leader"): the request
+// may then go to the leader.
 func notLeader(err error) bool {
-	return errors.Is(err, node.ErrNotLeader) || errors.Is(err, checkpoint.ErrNotLeader) || errors.Is(err, readlease.ErrNotLeader) ||
-		errors.Is(err, lessor.ErrNotLeader)
+	for _, e := range errTable {
+		if e.grpc == rpctypes.ErrGRPCNotLeader && errors.Is(err, e.err) {
+			return true
+		}
+	}
+	return false
 }

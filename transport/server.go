@@ -15,10 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/corenode/corenode/lessor"
-
-	"github.com/corenode/corenode/internal/round"
-
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
@@ -30,6 +26,8 @@ import (
 	"github.com/corenode/corenode/api/cachepb"
 	"github.com/corenode/corenode/checkpoint"
 	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/internal/round"
+	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/node"
 	"github.com/corenode/corenode/readlease"
 )
