@@ -90,20 +90,7 @@ func TestDamagedWALStopsMember(t *testing.T) {
 		m.Close()
 		t.Fatal("member started on a damaged wal")
 	}
-	var corrupt *node.CorruptLogError
-	if !errors.As(err, &corrupt) {
-		t.Fatalf("start on a damaged wal: want a CorruptLogError, got %v", err)
-	}
-	msg := err.Error()
-	t.Logf("refused: %s", msg)
-	for _, want := range []string{"is damaged", "checksum mismatch", c.Config(f).DataDir, "etcdctl member remove", "--initial-cluster-state existing"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("error %q does not say %q", msg, want)
-		}
-	}
-	if strings.Contains(msg, "\n") {
-		t.Errorf("error is more than one line: %q", msg)
-	}
+	assertRefusedDamaged(t, err, "checksum mismatch", c.Config(f).DataDir)
 
 	// The rest of the cluster still has the value as written.
 	r, err := c.Client((f+1)%3).Get(ctx, "k05")
@@ -162,21 +149,9 @@ func TestLogStoreMismatchIsRefused(t *testing.T) {
 func TestLaggingFollowerInstallsSnapshot(t *testing.T) {
 	for _, store := range []string{node.LogStoreWAL, node.LogStoreBoltDB} {
 		t.Run(store, func(t *testing.T) {
-			c := membertest.New(t, 3, membertest.WithConfig(func(_ int, cfg *member.Config) {
-				cfg.LogStore = store
-				cfg.SnapshotCount = 20 // also the entries kept behind a snapshot
-			}))
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			cli := c.Client()
-			put := func(from, to int) {
-				t.Helper()
-				for i := from; i < to; i++ {
-					if _, err := cli.Put(ctx, fmt.Sprintf("k%03d", i), "v"); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+			c, put := snapshottingCluster(t, ctx, store)
 			put(0, 10)
 			f := (c.WaitLeader() + 1) % 3
 			c.Stop(f)
@@ -212,20 +187,13 @@ func TestLaggingFollowerInstallsSnapshot(t *testing.T) {
 func TestDeletedSnapshotDirStopsMember(t *testing.T) {
 	for _, store := range []string{node.LogStoreWAL, node.LogStoreBoltDB} {
 		t.Run(store, func(t *testing.T) {
-			c := membertest.New(t, 3, membertest.WithConfig(func(_ int, cfg *member.Config) {
-				cfg.LogStore = store
-				cfg.SnapshotCount = 20 // also the entries kept behind a snapshot
-			}))
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			cli := c.Client()
-			for i := range 100 {
-				if _, err := cli.Put(ctx, fmt.Sprintf("k%03d", i), "v"); err != nil {
-					t.Fatal(err)
-				}
-			}
-			f := (c.WaitLeader() + 1) % 3
-			c.CatchUp(c.WaitLeader())
+			c, put := snapshottingCluster(t, ctx, store)
+			put(0, 100)
+			leader := c.WaitLeader()
+			f := (leader + 1) % 3
+			c.CatchUp(leader)
 			if err := c.Members[f].Node().Raft().Snapshot().Error(); err != nil {
 				t.Fatalf("snapshot on member %d: %v", f, err)
 			}
@@ -243,17 +211,47 @@ func TestDeletedSnapshotDirStopsMember(t *testing.T) {
 				m.Close()
 				t.Fatal("member started without the snapshot its log was truncated behind")
 			}
-			var corrupt *node.CorruptLogError
-			if !errors.As(err, &corrupt) {
-				t.Fatalf("start without snapshots: want a CorruptLogError, got %v", err)
-			}
-			msg := err.Error()
-			t.Logf("refused: %s", msg)
-			for _, want := range []string{"no snapshot holds the entries before it", c.Config(f).DataDir, "etcdctl member remove", "--initial-cluster-state existing"} {
-				if !strings.Contains(msg, want) {
-					t.Errorf("error %q does not say %q", msg, want)
-				}
-			}
+			assertRefusedDamaged(t, err, "no snapshot holds the entries before it", c.Config(f).DataDir)
 		})
+	}
+}
+
+// snapshottingCluster is a 3-member cluster on store that snapshots and
+// truncates its log every 20 entries (keeping 20 behind), and put, which
+// writes keys k<from>..k<to-1>.
+func snapshottingCluster(t *testing.T, ctx context.Context, store string) (*membertest.Cluster, func(from, to int)) {
+	c := membertest.New(t, 3, membertest.WithConfig(func(_ int, cfg *member.Config) {
+		cfg.LogStore = store
+		cfg.SnapshotCount = 20 // also the entries kept behind a snapshot
+	}))
+	cli := c.Client()
+	return c, func(from, to int) {
+		t.Helper()
+		for i := from; i < to; i++ {
+			if _, err := cli.Put(ctx, fmt.Sprintf("k%03d", i), "v"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// assertRefusedDamaged checks a start refused on a damaged data dir: a
+// CorruptLogError in one line that says what is damaged (cause), where
+// (dataDir) and the commands that bring the member back.
+func assertRefusedDamaged(t *testing.T, err error, cause, dataDir string) {
+	t.Helper()
+	var corrupt *node.CorruptLogError
+	if !errors.As(err, &corrupt) {
+		t.Fatalf("start on a damaged data dir: want a CorruptLogError, got %v", err)
+	}
+	msg := err.Error()
+	t.Logf("refused: %s", msg)
+	for _, want := range []string{"is damaged", cause, dataDir, "etcdctl member remove", "--initial-cluster-state existing"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error %q does not say %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "\n") {
+		t.Errorf("error is more than one line: %q", msg)
 	}
 }
