@@ -7,11 +7,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/corenode/corenode/test/jepsen-lite/internal/cachereader"
@@ -57,30 +54,22 @@ type CachedConfig struct {
 // Readers are processes so that PauseOne can SIGSTOP one for longer than
 // the read lease. Methods are safe for concurrent use.
 type Cached struct {
+	// children runs the readers; Stop ends them by closing their stdin
+	// (runOnce, on stop), so no signal.
+	children
 	env   *Env
 	cfg   CachedConfig
 	pool  *keyPool
 	slots []*readerSlot
-
-	stop chan struct{} // closed by Stop and KillNow
-
-	mu       sync.Mutex
-	stopping bool
-	paused   []*readerSlot
-	wg       sync.WaitGroup
 }
 
 // readerSlot is one reader position: one process at a time.
 type readerSlot struct {
+	child
 	name      string
 	endpoints []string
 	member    int // the member its client is pinned to; -1: every member
-	log       *os.File
-
-	// guarded by Cached.mu
-	cmd     *exec.Cmd
-	process int
-	running string // name of the incarnation running
+	process   int // guarded by Cached.mu
 }
 
 // NewCached makes the workload; Start starts its readers, RunWriter runs a
@@ -89,7 +78,7 @@ func NewCached(e *Env, cfg CachedConfig) *Cached {
 	// Keys retire after fewer indeterminate writes than the register
 	// workload's: reads are many here, and each indeterminate write stays
 	// concurrent with every later read of its key in the search.
-	c := &Cached{env: e, cfg: cfg, pool: newKeyPool(cacheKeyPrefix, cfg.Keys, 600, 4), stop: make(chan struct{})}
+	c := &Cached{children: newChildren(0), env: e, cfg: cfg, pool: newKeyPool(cacheKeyPrefix, cfg.Keys, 600, 4)}
 	n := len(cfg.Endpoints)
 	for i := range cfg.Readers {
 		// Every (n+1)th reader uses every member; the others are pinned
@@ -99,6 +88,7 @@ func NewCached(e *Env, cfg CachedConfig) *Cached {
 			s.endpoints, s.member = []string{cfg.Endpoints[k-1]}, k-1
 		}
 		c.slots = append(c.slots, s)
+		c.add(&s.child)
 	}
 	return c
 }
@@ -106,32 +96,14 @@ func NewCached(e *Env, cfg CachedConfig) *Cached {
 // Start starts every reader; they run until Stop.
 func (c *Cached) Start() error {
 	for _, s := range c.slots {
-		f, err := os.OpenFile(filepath.Join(c.cfg.LogDir, s.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			return fmt.Errorf("workload: reader log: %w", err)
+		if err := s.openLog(filepath.Join(c.cfg.LogDir, s.name+".log")); err != nil {
+			return err
 		}
-		s.log = f
 	}
 	for _, s := range c.slots {
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			c.keep(s)
-		}()
+		c.keep(c.cfg.RestartAfter, func(n int) { c.runOnce(s, n) })
 	}
 	return nil
-}
-
-// keep runs one reader after another in slot s until Stop.
-func (c *Cached) keep(s *readerSlot) {
-	for n := 1; ; n++ {
-		c.runOnce(s, n)
-		select {
-		case <-c.stop:
-			return
-		case <-time.After(c.cfg.RestartAfter):
-		}
-	}
 }
 
 // runOnce runs one reader process until Stop or its end, asking it for one
@@ -141,27 +113,19 @@ func (c *Cached) runOnce(s *readerSlot, n int) {
 	process := e.NewProcess()
 	rcfg := cachereader.Config{Endpoints: s.endpoints, Name: fmt.Sprintf("%s#%d", s.name, n), Timeout: e.OpTimeout}
 	cmd := exec.Command(c.cfg.Exe, append([]string{cachereader.Command}, rcfg.Args()...)...)
-	cmd.Stderr = s.log
-	// Its own process group, as the members: a Ctrl-C meant for
-	// jepsen-lite must not reach it first; Pdeathsig so it dies with us.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdin, err := cmd.StdinPipe()
 	var stdout io.ReadCloser
 	if err == nil {
 		stdout, err = cmd.StdoutPipe()
 	}
 	if err == nil {
-		fmt.Fprintf(s.log, "=== %s jepsen-lite: start %s (process %d)\n", time.Now().Format(time.RFC3339Nano), rcfg.Name, process)
 		c.mu.Lock()
-		if c.stopping {
-			c.mu.Unlock()
-			return
-		}
-		err = cmd.Start()
-		if err == nil {
-			s.cmd, s.process, s.running = cmd, process, rcfg.Name
-		}
+		s.process = process // read only while s.cmd is set
 		c.mu.Unlock()
+		err = c.start(&s.child, cmd, rcfg.Name, process)
+	}
+	if errors.Is(err, errStopping) {
+		return
 	}
 	if err != nil {
 		e.Log.Error("start a cache reader", "reader", rcfg.Name, "err", err)
@@ -207,7 +171,7 @@ func (c *Cached) runOnce(s *readerSlot, n int) {
 	_, _ = io.Copy(io.Discard, stdout)
 	werr := cmd.Wait()
 	c.mu.Lock()
-	s.cmd, s.process, s.running = nil, 0, ""
+	c.exitedLocked(&s.child)
 	c.mu.Unlock()
 	detail := "exit status 0"
 	if werr != nil {
@@ -295,82 +259,8 @@ func (c *Cached) PauseOne(ctx context.Context, pick int) (string, int, error) {
 		return "", 0, nil
 	}
 	s := running[pick%len(running)]
-	if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
-		return "", 0, fmt.Errorf("SIGSTOP %s: %w", s.running, err)
+	if err := c.pauseLocked(&s.child); err != nil {
+		return "", 0, err
 	}
-	fmt.Fprintf(s.log, "=== %s jepsen-lite: SIGSTOP\n", time.Now().Format(time.RFC3339Nano))
-	c.paused = append(c.paused, s)
 	return fmt.Sprintf("%s (process %d)", s.running, s.process), s.process, nil
-}
-
-// ResumeAll SIGCONTs every reader PauseOne stopped.
-func (c *Cached) ResumeAll(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.resumeLocked()
-}
-
-func (c *Cached) resumeLocked() error {
-	var errs []error
-	for _, s := range c.paused {
-		// A stopped process cannot exit, so its cmd is still the one
-		// that was stopped (only SIGKILL ends it, and Stop resumes first).
-		if s.cmd == nil {
-			continue
-		}
-		if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGCONT); err != nil {
-			errs = append(errs, fmt.Errorf("SIGCONT %s: %w", s.running, err))
-		}
-		fmt.Fprintf(s.log, "=== %s jepsen-lite: SIGCONT\n", time.Now().Format(time.RFC3339Nano))
-	}
-	c.paused = nil
-	return errors.Join(errs...)
-}
-
-// Stop ends every reader (its stdin closed after its current read; SIGKILL
-// after grace) and waits for them. No reader starts after Stop.
-func (c *Cached) Stop(grace time.Duration) {
-	c.mu.Lock()
-	c.stopLocked()
-	_ = c.resumeLocked()
-	c.mu.Unlock()
-	all := make(chan struct{})
-	go func() {
-		c.wg.Wait()
-		close(all)
-	}()
-	select {
-	case <-all:
-	case <-time.After(grace):
-		c.KillNow()
-		<-all
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, s := range c.slots {
-		if s.log != nil {
-			s.log.Close()
-			s.log = nil // a second Stop (the run's deferred one) finds nothing to do
-		}
-	}
-}
-
-func (c *Cached) stopLocked() {
-	if !c.stopping {
-		c.stopping = true
-		close(c.stop)
-	}
-}
-
-// KillNow SIGKILLs every reader without waiting: the last resort of a hard
-// deadline.
-func (c *Cached) KillNow() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.stopLocked()
-	for _, s := range c.slots {
-		if s.cmd != nil {
-			_ = syscall.Kill(s.cmd.Process.Pid, syscall.SIGKILL)
-		}
-	}
 }

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -54,39 +52,37 @@ type ElectionConfig struct {
 //
 // Methods are safe for concurrent use.
 type Election struct {
+	// children runs the holders; Stop sends them SIGTERM, on which a
+	// holder resigns.
+	children
 	env   *Env
 	cfg   ElectionConfig
 	slots []*slot
 
-	stop chan struct{} // closed by Stop and KillNow
-
-	mu       sync.Mutex
-	stopping bool
 	// changed is closed and replaced whenever a slot starts or stops
-	// leading, for PauseLeaders to wait on.
+	// leading, for PauseLeaders to wait on; guarded by mu.
 	changed chan struct{}
-	paused  []*slot
-	wg      sync.WaitGroup
 }
 
 // slot is one holder position: one process at a time.
 type slot struct {
+	child
 	mode string
 	name string // holder name; each incarnation's campaign value adds a number
-	log  *os.File
 
 	// guarded by Election.mu
-	cmd     *exec.Cmd
 	leading bool
 	token   int64
 }
 
 // NewElection makes the workload; Start starts it.
 func NewElection(e *Env, cfg ElectionConfig) *Election {
-	el := &Election{env: e, cfg: cfg, changed: make(chan struct{}), stop: make(chan struct{})}
+	el := &Election{children: newChildren(syscall.SIGTERM), env: e, cfg: cfg, changed: make(chan struct{})}
 	for _, m := range cfg.Modes {
 		for i := range cfg.Holders {
-			el.slots = append(el.slots, &slot{mode: m, name: fmt.Sprintf("%s-%d", m, i+1)})
+			s := &slot{mode: m, name: fmt.Sprintf("%s-%d", m, i+1)}
+			el.slots = append(el.slots, s)
+			el.add(&s.child)
 		}
 	}
 	return el
@@ -95,32 +91,14 @@ func NewElection(e *Env, cfg ElectionConfig) *Election {
 // Start starts every holder; they run until Stop.
 func (el *Election) Start() error {
 	for _, s := range el.slots {
-		f, err := os.OpenFile(filepath.Join(el.cfg.LogDir, "holder-"+s.name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-		if err != nil {
-			return fmt.Errorf("workload: holder log: %w", err)
+		if err := s.openLog(filepath.Join(el.cfg.LogDir, "holder-"+s.name+".log")); err != nil {
+			return err
 		}
-		s.log = f
 	}
 	for _, s := range el.slots {
-		el.wg.Add(1)
-		go func() {
-			defer el.wg.Done()
-			el.keep(s)
-		}()
+		el.keep(el.cfg.RestartAfter, func(n int) { el.runOnce(s, n) })
 	}
 	return nil
-}
-
-// keep runs one holder after another in slot s until Stop.
-func (el *Election) keep(s *slot) {
-	for n := 1; ; n++ {
-		el.runOnce(s, n)
-		select {
-		case <-el.stop:
-			return
-		case <-time.After(el.cfg.RestartAfter):
-		}
-	}
 }
 
 // runOnce runs one holder process to its end, recording its events.
@@ -133,23 +111,12 @@ func (el *Election) runOnce(s *slot, n int) {
 		ActEvery: el.cfg.ActEvery, WriteEvery: el.cfg.WriteEvery, Register: RegisterKey(s.mode),
 	}
 	cmd := exec.Command(el.cfg.Exe, append([]string{holderproc.Command}, cfg.Args()...)...)
-	cmd.Stderr = s.log
-	// Its own process group, as the members: a Ctrl-C meant for
-	// jepsen-lite must not reach it first; Pdeathsig so it dies with us.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err == nil {
-		fmt.Fprintf(s.log, "=== %s jepsen-lite: start %s (process %d)\n", time.Now().Format(time.RFC3339Nano), cfg.Name, process)
-		el.mu.Lock()
-		if el.stopping {
-			el.mu.Unlock()
-			return
-		}
-		err = cmd.Start()
-		if err == nil {
-			s.cmd = cmd
-		}
-		el.mu.Unlock()
+		err = el.start(&s.child, cmd, cfg.Name, process)
+	}
+	if errors.Is(err, errStopping) {
+		return
 	}
 	if err != nil {
 		e.Log.Error("start a holder", "holder", cfg.Name, "err", err)
@@ -165,7 +132,7 @@ func (el *Election) runOnce(s *slot, n int) {
 	}
 	werr := cmd.Wait()
 	el.mu.Lock()
-	s.cmd = nil
+	el.exitedLocked(&s.child)
 	el.setLeading(s, false, 0)
 	el.mu.Unlock()
 	now := e.Clock.Now()
@@ -247,12 +214,10 @@ func (el *Election) PauseLeaders(ctx context.Context, wait time.Duration) (strin
 			errs = append(errs, fmt.Errorf("no %s holder leads", m))
 			continue
 		}
-		if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
-			errs = append(errs, fmt.Errorf("SIGSTOP %s: %w", s.name, err))
+		if err := el.pauseLocked(&s.child); err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		fmt.Fprintf(s.log, "=== %s jepsen-lite: SIGSTOP\n", time.Now().Format(time.RFC3339Nano))
-		el.paused = append(el.paused, s)
 		done = append(done, fmt.Sprintf("%s (token %d)", s.name, s.token))
 	}
 	return strings.Join(done, ", "), errors.Join(errs...)
@@ -274,81 +239,4 @@ func (el *Election) leaderLocked(mode string) *slot {
 		}
 	}
 	return nil
-}
-
-// ResumeAll SIGCONTs every holder PauseLeaders stopped.
-func (el *Election) ResumeAll(ctx context.Context) error {
-	el.mu.Lock()
-	defer el.mu.Unlock()
-	return el.resumeLocked()
-}
-
-func (el *Election) resumeLocked() error {
-	var errs []error
-	for _, s := range el.paused {
-		// A stopped process cannot exit, so its cmd is still the one
-		// that was stopped (only SIGKILL ends it, and Stop resumes first).
-		if s.cmd == nil {
-			continue
-		}
-		if err := syscall.Kill(s.cmd.Process.Pid, syscall.SIGCONT); err != nil {
-			errs = append(errs, fmt.Errorf("SIGCONT %s: %w", s.name, err))
-		}
-		fmt.Fprintf(s.log, "=== %s jepsen-lite: SIGCONT\n", time.Now().Format(time.RFC3339Nano))
-	}
-	el.paused = nil
-	return errors.Join(errs...)
-}
-
-// Stop ends every holder: SIGTERM (it resigns), SIGKILL after grace, and
-// waits for them. No holder starts after Stop.
-func (el *Election) Stop(grace time.Duration) {
-	el.mu.Lock()
-	el.stopLocked()
-	_ = el.resumeLocked()
-	for _, s := range el.slots {
-		if s.cmd != nil {
-			_ = syscall.Kill(s.cmd.Process.Pid, syscall.SIGTERM)
-		}
-	}
-	el.mu.Unlock()
-	all := make(chan struct{})
-	go func() {
-		el.wg.Wait()
-		close(all)
-	}()
-	select {
-	case <-all:
-	case <-time.After(grace):
-		el.KillNow()
-		<-all
-	}
-	el.mu.Lock()
-	defer el.mu.Unlock()
-	for _, s := range el.slots {
-		if s.log != nil {
-			s.log.Close()
-			s.log = nil // a second Stop (the run's deferred one) finds nothing to do
-		}
-	}
-}
-
-func (el *Election) stopLocked() {
-	if !el.stopping {
-		el.stopping = true
-		close(el.stop)
-	}
-}
-
-// KillNow SIGKILLs every holder without waiting: the last resort of a
-// hard deadline.
-func (el *Election) KillNow() {
-	el.mu.Lock()
-	defer el.mu.Unlock()
-	el.stopLocked()
-	for _, s := range el.slots {
-		if s.cmd != nil {
-			_ = syscall.Kill(s.cmd.Process.Pid, syscall.SIGKILL)
-		}
-	}
 }
