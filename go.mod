@@ -47,6 +47,7 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	go.etcd.io/etcd/client/pkg/v3 v3.6.16 // indirect
 	go.uber.org/multierr v1.11.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/exp v0.0.0-20220827204233-334a2380cb91 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/text v0.43.0 // indirect

@@ -28,7 +28,7 @@ func BenchmarkIdleLeaseMemory(b *testing.B) {
 	const n = 1_000_000
 	tr := lease.NewTracker(lease.SystemClock{}, lease.TrackerConfig{CheckpointAfter: time.Hour})
 	tr.Promote(0, nil)
-	f := New(nil, tr)
+	f := New(nil, tr, nil)
 	runtime.GC()
 	var before runtime.MemStats
 	runtime.ReadMemStats(&before)

@@ -52,6 +52,15 @@ const (
 	// a later leader waits out the horizon before its first write that could
 	// touch a key, unless the last granting term was cleared.
 	OpReadLeases Op = 11
+	// OpAuth changes or reads the auth state (pb.InternalRaftRequest with
+	// one auth request set and, in Header, who asks): see auth.Store.Apply.
+	OpAuth Op = 12
+	// OpAs carries a client's write with who it acts for, once auth is
+	// enabled: pb.InternalRaftRequest with Header (user and the auth
+	// revision its credentials were checked at) and one of Put,
+	// DeleteRange, Txn, Compaction, LeaseGrant, LeaseRevoke or Alarm. Decode
+	// unwraps it, so the rest of the code sees the inner op, with As set.
+	OpAs Op = 13
 )
 
 func (o Op) String() string {
@@ -78,6 +87,10 @@ func (o Op) String() string {
 		return "alarm"
 	case OpReadLeases:
 		return "read_leases"
+	case OpAuth:
+		return "auth"
+	case OpAs:
+		return "as"
 	}
 	return fmt.Sprintf("op(%d)", byte(o))
 }
@@ -86,6 +99,9 @@ func (o Op) String() string {
 type Command struct {
 	Op  Op
 	Msg Message
+	// As is who the command acts for, when it came wrapped in OpAs; nil
+	// for a command proposed without credentials.
+	As *pb.RequestHeader
 }
 
 // Message is what every etcd request message implements (gogo protobuf).
@@ -155,6 +171,10 @@ func Decode(data []byte) (Command, error) {
 		msg = &pb.AlarmRequest{}
 	case OpReadLeases:
 		msg = &ReadLeases{}
+	case OpAuth:
+		msg = &pb.InternalRaftRequest{}
+	case OpAs:
+		return decodeAs(data[2:])
 	default:
 		return Command{}, fmt.Errorf("%w: op %d", ErrUnknownFormat, byte(op))
 	}
@@ -211,4 +231,69 @@ func (r *ReadLeases) Unmarshal(b []byte) error {
 func (r *ReadLeases) Size() int {
 	b, _ := r.Marshal()
 	return len(b)
+}
+
+// EncodeAs returns the log entry for a client's write made as the user in
+// as (OpAs).
+func EncodeAs(op Op, msg Message, as *pb.RequestHeader) ([]byte, error) {
+	r := &pb.InternalRaftRequest{Header: as}
+	switch m := msg.(type) {
+	case *pb.PutRequest:
+		r.Put = m
+	case *pb.DeleteRangeRequest:
+		r.DeleteRange = m
+	case *pb.TxnRequest:
+		r.Txn = m
+	case *pb.CompactionRequest:
+		r.Compaction = m
+	case *pb.LeaseGrantRequest:
+		r.LeaseGrant = m
+	case *pb.LeaseRevokeRequest:
+		r.LeaseRevoke = m
+	case *pb.AlarmRequest:
+		r.Alarm = m
+	default:
+		return nil, fmt.Errorf("fsm: encode %s as a user: %T cannot carry credentials", op, msg)
+	}
+	if want, _ := innerOf(r); want != op {
+		return nil, fmt.Errorf("fsm: encode %s as a user: payload %T is a %s", op, msg, want)
+	}
+	return Encode(OpAs, r)
+}
+
+func decodeAs(payload []byte) (Command, error) {
+	r := &pb.InternalRaftRequest{}
+	if err := r.Unmarshal(payload); err != nil {
+		return Command{}, fmt.Errorf("fsm: decode %s: %w", OpAs, err)
+	}
+	op, msg := innerOf(r)
+	if msg == nil {
+		return Command{}, fmt.Errorf("fsm: decode %s: no request inside", OpAs)
+	}
+	as := r.Header
+	if as == nil {
+		as = &pb.RequestHeader{}
+	}
+	return Command{Op: op, Msg: msg, As: as}, nil
+}
+
+// innerOf returns the one client write an OpAs payload carries.
+func innerOf(r *pb.InternalRaftRequest) (Op, Message) {
+	switch {
+	case r.Put != nil:
+		return OpPut, r.Put
+	case r.DeleteRange != nil:
+		return OpDeleteRange, r.DeleteRange
+	case r.Txn != nil:
+		return OpTxn, r.Txn
+	case r.Compaction != nil:
+		return OpCompact, r.Compaction
+	case r.LeaseGrant != nil:
+		return OpLeaseGrant, r.LeaseGrant
+	case r.LeaseRevoke != nil:
+		return OpLeaseRevoke, r.LeaseRevoke
+	case r.Alarm != nil:
+		return OpAlarm, r.Alarm
+	}
+	return 0, nil
 }

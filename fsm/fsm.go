@@ -27,9 +27,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/kv"
 	"github.com/corenode/corenode/lease"
 )
@@ -47,6 +49,7 @@ type Result struct {
 type FSM struct {
 	log   *slog.Logger
 	store *kv.Store
+	auth  *auth.Store
 
 	// lmu guards the lease table and orders observer calls with
 	// PromoteLeases, so a new leader's tracker misses no lease entry.
@@ -135,16 +138,21 @@ type nopObserver struct{}
 func (nopObserver) Granted(int64, int64) {}
 func (nopObserver) Removed(int64)        {}
 
-// New returns an FSM over an empty store. observer may be nil.
-func New(logger *slog.Logger, observer LeaseObserver) *FSM {
+// New returns an FSM over an empty store. observer may be nil; authStore
+// nil means a store with auth.Config's defaults.
+func New(logger *slog.Logger, observer LeaseObserver, authStore *auth.Store) *FSM {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	if observer == nil {
 		observer = nopObserver{}
 	}
+	if authStore == nil {
+		authStore = auth.New(auth.Config{})
+	}
 	f := &FSM{
 		log:          logger,
+		auth:         authStore,
 		leases:       lease.NewTable(),
 		observer:     observer,
 		members:      map[uint64]*pb.Member{},
@@ -188,6 +196,9 @@ func (f *FSM) LeaseCount() int {
 
 // Store is the kv state; use it for reads and watches only. Writes go through Raft.
 func (f *FSM) Store() *kv.Store { return f.store }
+
+// Auth returns the auth state.
+func (f *FSM) Auth() *auth.Store { return f.auth }
 
 // ClusterID is derived from the cluster's first configuration entry, so every
 // member computes the same value without coordination. Zero until applied.
@@ -249,7 +260,13 @@ func (f *FSM) applyCommand(l *raft.Log) Result {
 	if f.capped(cmd) {
 		return Result{Err: rpctypes.ErrGRPCNoSpace}
 	}
+	if err := f.authorize(cmd); err != nil {
+		return Result{Err: err}
+	}
 	switch cmd.Op {
+	case OpAuth:
+		resp, err := f.auth.Apply(cmd.Msg.(*pb.InternalRaftRequest), l.Index)
+		return Result{Resp: resp, Err: err}
 	case OpPut:
 		resp, err := f.store.Put(cmd.Msg.(*pb.PutRequest))
 		return Result{Resp: resp, Err: err}
@@ -308,6 +325,33 @@ func (f *FSM) applyCommand(l *raft.Log) Result {
 		return Result{}
 	}
 	panic(fmt.Sprintf("fsm: entry %d: op %s decoded but not applied", l.Index, cmd.Op))
+}
+
+// authorize is etcd's apply-time permission check of a client's write,
+// against the auth state this entry applies to, so every member decides
+// alike and a permission revoked while the write was in flight is
+// honoured (the write carries the auth revision it was checked at). Only
+// what clients write is checked: expiries, checkpoints, alarms and
+// member records are the cluster's own.
+func (f *FSM) authorize(cmd Command) error {
+	if !f.auth.Enabled() {
+		return nil
+	}
+	var ai auth.Info
+	if cmd.As != nil {
+		ai = auth.Info{User: cmd.As.Username, Revision: cmd.As.AuthRevision}
+	}
+	switch cmd.Op {
+	case OpPut:
+		return f.auth.CheckPut(ai, cmd.Msg.(*pb.PutRequest), f.store.LeaseKeys)
+	case OpDeleteRange:
+		return f.auth.CheckDeleteRange(ai, cmd.Msg.(*pb.DeleteRangeRequest))
+	case OpTxn:
+		return f.auth.CheckTxn(ai, cmd.Msg.(*pb.TxnRequest), f.store.LeaseKeys)
+	case OpLeaseRevoke:
+		return f.auth.CheckLeaseKeys(ai, f.store.LeaseKeys(cmd.Msg.(*pb.LeaseRevokeRequest).ID), authpb.WRITE)
+	}
+	return nil
 }
 
 // capped reports whether cmd is refused because the space quota is
@@ -484,6 +528,8 @@ const (
 	snapshotV2 byte = 2
 	snapshotV3 byte = 3
 	snapshotV4 byte = 4
+	// snapshotV5 adds the auth state after the read-lease record.
+	snapshotV5 byte = 5
 )
 
 type snapshot struct {
@@ -494,6 +540,8 @@ type snapshot struct {
 	leases     []lease.Lease
 	alarms     []*pb.AlarmMember
 	readLeases ReadLeaseState
+	auth       []byte
+	authErr    error
 	kv         *kv.Snapshot
 }
 
@@ -518,6 +566,7 @@ func (f *FSM) capture() *snapshot {
 	s.alarms = f.Alarms()
 	s.readLeases = f.readLeases
 	f.mu.RUnlock()
+	s.auth, s.authErr = f.auth.Marshal()
 	slices.SortFunc(s.members, func(a, b *pb.Member) int { return cmp.Compare(a.ID, b.ID) })
 	s.leaseClock, s.leases = f.leases.Clock(), f.leases.Leases()
 	s.kv = f.store.Snapshot()
@@ -550,7 +599,10 @@ func (s *snapshot) Persist(sink raft.SnapshotSink) error {
 func (s *snapshot) write(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 1<<20)
 	bw.WriteString(snapshotMagic)
-	bw.WriteByte(snapshotV4)
+	if s.authErr != nil {
+		return fmt.Errorf("fsm: snapshot auth state: %w", s.authErr)
+	}
+	bw.WriteByte(snapshotV5)
 	bw.Write(binary.AppendUvarint(nil, s.applied))
 	bw.Write(binary.AppendUvarint(nil, s.clusterID))
 	ml, err := (&pb.MemberListResponse{Members: s.members}).Marshal()
@@ -578,6 +630,8 @@ func (s *snapshot) write(w io.Writer) error {
 	buf = binary.AppendUvarint(buf, uint64(s.readLeases.Horizon))
 	buf = binary.AppendUvarint(buf, s.readLeases.Cleared)
 	bw.Write(buf)
+	bw.Write(binary.AppendUvarint(nil, uint64(len(s.auth))))
+	bw.Write(s.auth)
 	if _, err := s.kv.WriteTo(bw); err != nil {
 		return err
 	}
@@ -601,7 +655,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	version := magic[len(snapshotMagic)]
 	switch version {
 	case snapshotV1:
-	case snapshotV2, snapshotV3, snapshotV4:
+	case snapshotV2, snapshotV3, snapshotV4, snapshotV5:
 		var err error
 		if applied, err = binary.ReadUvarint(br); err != nil {
 			return fmt.Errorf("fsm: restore: applied index: %w", err)
@@ -678,12 +732,33 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		}
 		readLeases = ReadLeaseState{GrantTerm: v[0], Horizon: time.Duration(v[1]), Cleared: v[2]}
 	}
+	var authState []byte
+	if version >= snapshotV5 {
+		n, err := binary.ReadUvarint(br)
+		if err != nil {
+			return fmt.Errorf("fsm: restore: auth length: %w", err)
+		}
+		if n > 64<<20 {
+			return fmt.Errorf("fsm: restore: auth section of %d bytes is corrupt", n)
+		}
+		authState = make([]byte, n)
+		if _, err := io.ReadFull(br, authState); err != nil {
+			return fmt.Errorf("fsm: restore: auth: %w", err)
+		}
+	}
 	f.lmu.Lock()
 	defer f.lmu.Unlock()
 	if err := f.store.Restore(br); err != nil {
 		return fmt.Errorf("fsm: restore: %w", err)
 	}
 	f.leases.Restore(int64(leaseClock), leases)
+	if authState == nil {
+		// A snapshot from before auth existed: auth off, no users.
+		authState, _ = auth.New(auth.Config{}).Marshal()
+	}
+	if err := f.auth.Restore(authState); err != nil {
+		return fmt.Errorf("fsm: restore: %w", err)
+	}
 	members := make(map[uint64]*pb.Member, len(list.Members))
 	for _, m := range list.Members {
 		members[m.ID] = m
@@ -718,7 +793,7 @@ type SnapshotStats struct {
 // published members, which the new members publish afresh. Keys, revisions
 // and leases are kept.
 func Reseed(src io.Reader, dst io.Writer, clusterID, index uint64, logger *slog.Logger) (SnapshotStats, error) {
-	f := New(logger, nil)
+	f := New(logger, nil, nil)
 	if err := f.Restore(io.NopCloser(src)); err != nil {
 		return SnapshotStats{}, err
 	}

@@ -28,7 +28,7 @@ func apply(t *testing.T, f *FSM, op Op, msg Message) Result {
 }
 
 func TestApplyValidatesLeasesAtApply(t *testing.T) {
-	f := New(nil, nil)
+	f := New(nil, nil, nil)
 	if r := apply(t, f, OpPut, &pb.PutRequest{Key: []byte("k"), Lease: 7}); !errors.Is(r.Err, rpctypes.ErrGRPCLeaseNotFound) {
 		t.Fatalf("put to a missing lease: %v", r.Err)
 	}
@@ -47,7 +47,7 @@ func TestApplyValidatesLeasesAtApply(t *testing.T) {
 }
 
 func TestSnapshotRoundTripWithLeases(t *testing.T) {
-	f := New(nil, nil)
+	f := New(nil, nil, nil)
 	apply(t, f, OpLeaseGrant, &pb.LeaseGrantRequest{ID: 1, TTL: 10})
 	apply(t, f, OpPut, &pb.PutRequest{Key: []byte("a"), Value: []byte("1"), Lease: 1})
 	apply(t, f, OpLeaseCheckpoint, &lease.Checkpoint{Clock: 500, Expiries: []lease.Expiry{{ID: 1, Expiry: 9000}}})
@@ -71,13 +71,27 @@ func FuzzDecode(f *testing.F) {
 	f.Add(mustEncode(f, OpPut, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}))
 	f.Add(mustEncode(f, OpLeaseExpire, &lease.Expire{IDs: []int64{1, 2}}))
 	f.Add([]byte{1, 99})
+	f.Add(mustEncode(f, OpAuth, &pb.InternalRaftRequest{Header: &pb.RequestHeader{Username: "u", AuthRevision: 3},
+		AuthUserAdd: &pb.AuthUserAddRequest{Name: "x", HashedPassword: "aGFzaA=="}}))
+	as, err := EncodeAs(OpTxn, &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: []byte("k")}}}}},
+		&pb.RequestHeader{Username: "u", AuthRevision: 9})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(as)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cmd, err := Decode(data)
 		if err != nil {
 			return
 		}
-		again, err := Decode(mustEncode(t, cmd.Op, cmd.Msg))
-		if err != nil || again.Op != cmd.Op {
+		enc := mustEncode(t, cmd.Op, cmd.Msg)
+		if cmd.As != nil {
+			if enc, err = EncodeAs(cmd.Op, cmd.Msg, cmd.As); err != nil {
+				t.Fatalf("a decoded write with credentials does not encode: %v", err)
+			}
+		}
+		again, err := Decode(enc)
+		if err != nil || again.Op != cmd.Op || (again.As == nil) != (cmd.As == nil) {
 			t.Fatalf("re-encoding broke the command: %v", err)
 		}
 	})
@@ -87,7 +101,7 @@ func FuzzDecode(f *testing.F) {
 // data is refused at apply and what makes room applies, as in etcd; the
 // alarm survives a snapshot, and clearing it lets writes apply again.
 func TestNoSpaceAlarmCapsWrites(t *testing.T) {
-	f := New(nil, nil)
+	f := New(nil, nil, nil)
 	apply(t, f, OpLeaseGrant, &pb.LeaseGrantRequest{ID: 1, TTL: 10})
 	apply(t, f, OpPut, &pb.PutRequest{Key: []byte("a"), Value: []byte("1")})
 	raise := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: 7, Alarm: pb.AlarmType_NOSPACE}
@@ -150,7 +164,7 @@ func TestNoSpaceAlarmCapsWrites(t *testing.T) {
 // TestRestoresVersion2Snapshot: a snapshot written before alarms existed
 // still restores, with no alarm raised.
 func TestRestoresVersion2Snapshot(t *testing.T) {
-	f := New(nil, nil)
+	f := New(nil, nil, nil)
 	apply(t, f, OpPut, &pb.PutRequest{Key: []byte("a"), Value: []byte("1")})
 	var b bytes.Buffer
 	b.WriteString(snapshotMagic)
@@ -159,7 +173,7 @@ func TestRestoresVersion2Snapshot(t *testing.T) {
 	if _, err := f.Store().Snapshot().WriteTo(&b); err != nil {
 		t.Fatal(err)
 	}
-	g := New(nil, nil)
+	g := New(nil, nil, nil)
 	if err := g.Restore(io.NopCloser(&b)); err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +187,7 @@ func TestRestoresVersion2Snapshot(t *testing.T) {
 // later leader (and a restarted cluster) knows whether to wait, and how
 // long.
 func TestReadLeaseRecord(t *testing.T) {
-	f := New(nil, nil)
+	f := New(nil, nil, nil)
 	if f.ReadLeases() != (ReadLeaseState{}) {
 		t.Fatal("a new state has a read-lease record")
 	}
@@ -211,7 +225,7 @@ func roundTrip(t *testing.T, f *FSM) *FSM {
 	if err := snap.Persist(&sink); err != nil {
 		t.Fatal(err)
 	}
-	g := New(nil, nil)
+	g := New(nil, nil, nil)
 	if err := g.Restore(io.NopCloser(&sink)); err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/checkpoint"
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/integrity"
@@ -95,6 +96,13 @@ type Config struct {
 	// add data are refused and a NOSPACE alarm is raised. Zero means etcd's
 	// default, DefaultQuotaBackendBytes; less than zero means no quota.
 	QuotaBackendBytes int64
+	// AuthTokenTTL is how long a simple auth token lives after its last use
+	// (etcd's --auth-token-ttl); zero means etcd's 300 s. BcryptCost is
+	// etcd's --bcrypt-cost for passwords hashed on this member; zero means
+	// 10. With ClientTLS.ClientCertAuth, a verified certificate's common
+	// name is the user of a call without a token, as in etcd.
+	AuthTokenTTL time.Duration
+	BcryptCost   int
 
 	// CorruptCheckTime is how often the leader compares the members' hashes
 	// of the key space and raises CORRUPT for one that differs from the
@@ -343,6 +351,7 @@ func Start(cfg Config) (*Member, error) {
 		Logger:            logger,
 		RaftLog:           cfg.RaftLog,
 		Metrics:           cfg.Metrics,
+		Auth:              auth.New(auth.Config{TokenTTL: cfg.AuthTokenTTL, BcryptCost: cfg.BcryptCost}),
 	})
 	if err != nil {
 		return nil, err
@@ -404,7 +413,9 @@ func Start(cfg Config) (*Member, error) {
 	opts = append(opts, transport.ServerOptions()...)
 	if cfg.Metrics != nil {
 		opts = append(opts, transport.NewGRPCMetrics(cfg.Metrics).ServerOptions()...)
+		m.server.RegisterAuthMetrics(cfg.Metrics)
 	}
+	opts = append(opts, m.server.AuthOptions(cfg.ClientTLS.ClientCertAuth)...)
 	m.grpc = grpc.NewServer(opts...)
 	m.server.Register(m.grpc)
 	m.peer = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(math.MaxInt32))

@@ -6,13 +6,13 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/hashicorp/raft"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // Members lists the cluster's members: raft's configuration joined with what
@@ -96,5 +96,9 @@ func (n *Node) TransferLeadership(id uint64) error {
 			return nil
 		}
 	}
-	return rpctypes.ErrGRPCMemberNotFound
+	return ErrBadTransferee
 }
+
+// ErrBadTransferee refuses to move leadership to a member the cluster does
+// not have (etcd's "bad leader transferee").
+var ErrBadTransferee = errors.New("node: leadership transfer to a member the cluster does not have")

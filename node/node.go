@@ -26,6 +26,7 @@ import (
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/internal/round"
 	"github.com/corenode/corenode/kv"
@@ -75,6 +76,9 @@ type Config struct {
 	// LeaseObserver hears lease grants and removals as they apply (the
 	// leader's expiry tracker).
 	LeaseObserver fsm.LeaseObserver
+	// Auth is the member's auth state (its local token TTL, clock and
+	// bcrypt cost); nil means auth.Config's defaults.
+	Auth *auth.Store
 	// Metrics, when set, registers the member's raft, proposal and disk series.
 	Metrics prometheus.Registerer
 }
@@ -192,7 +196,7 @@ func New(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger, cfg.LeaseObserver), stop: make(chan struct{}), metrics: newMetrics(),
+	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger, cfg.LeaseObserver, cfg.Auth), stop: make(chan struct{}), metrics: newMetrics(),
 		removed: make(chan struct{})}
 	n.confirmRounds = round.New(func() (struct{}, error) { return struct{}{}, n.verifyOnce() })
 

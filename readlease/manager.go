@@ -200,7 +200,7 @@ func (m *Manager) current(ctx context.Context) (*term, error) {
 // touchesNoKey lists the ops that can never change a key's value.
 func touchesNoKey(op fsm.Op) bool {
 	switch op {
-	case fsm.OpCompact, fsm.OpPublish, fsm.OpLeaseGrant, fsm.OpLeaseCheckpoint, fsm.OpAlarm, fsm.OpReadLeases:
+	case fsm.OpCompact, fsm.OpPublish, fsm.OpLeaseGrant, fsm.OpLeaseCheckpoint, fsm.OpAlarm, fsm.OpReadLeases, fsm.OpAuth:
 		return true
 	}
 	return false

@@ -137,7 +137,7 @@ type managerHarness struct {
 
 func newManagerHarness(t *testing.T, termID uint64, record ...*fsm.ReadLeases) *managerHarness {
 	h := &managerHarness{t: t, clock: &stepClock{now: time.Unix(1000, 0)},
-		node: &stepNode{f: fsm.New(nil, nil), term: termID - 1, proposals: make(chan fsm.Op, 16)}}
+		node: &stepNode{f: fsm.New(nil, nil, nil), term: termID - 1, proposals: make(chan fsm.Op, 16)}}
 	for _, r := range record {
 		h.node.Propose(context.Background(), fsm.OpReadLeases, r)
 		<-h.node.proposals

@@ -2,11 +2,14 @@ package transport
 
 import (
 	"context"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/corenode/corenode/api/cachepb"
+	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/readlease"
 )
 
@@ -21,6 +24,7 @@ type cacheService struct {
 func (s *Server) SetReadLeases(m *readlease.Manager) { s.readLeases = m }
 
 func (c *cacheService) Session(stream cachepb.Cache_SessionServer) error {
+	stream = &checkedSession{Cache_SessionServer: stream, s: c.s}
 	err := c.s.readLeases.Serve(stream)
 	if !notLeader(err) {
 		return err
@@ -85,5 +89,43 @@ func (c *cacheService) relay(stream cachepb.Cache_SessionServer) error {
 		return err
 	case <-changed:
 		return rpctypes.ErrGRPCLeaderChanged
+	}
+}
+
+// checkedSession answers a cached read the caller may not make with the
+// refusal, for that read alone, as a Range of the key would be refused;
+// the others pass. A relayed session is checked here, on the member the
+// client reached, where its credentials are known.
+type checkedSession struct {
+	cachepb.Cache_SessionServer
+	s  *Server
+	mu sync.Mutex // orders this type's refusals with the session's own sends
+}
+
+func (c *checkedSession) Send(m *cachepb.SessionResponse) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.Cache_SessionServer.Send(m)
+}
+
+func (c *checkedSession) Recv() (*cachepb.SessionRequest, error) {
+	for {
+		req, err := c.Cache_SessionServer.Recv()
+		if err != nil {
+			return nil, err
+		}
+		g := req.GetGet()
+		if g == nil {
+			return req, nil
+		}
+		err = c.s.allow(c.Context(), func(ai auth.Info) error { return c.s.authStore().IsRangePermitted(ai, g.Key, nil) })
+		if err == nil {
+			return req, nil
+		}
+		st, _ := status.FromError(err)
+		refusal := &cachepb.GetResponse{Id: g.Id, Code: uint32(st.Code()), Message: st.Message()}
+		if err := c.Send(&cachepb.SessionResponse{Msg: &cachepb.SessionResponse_Get{Get: refusal}}); err != nil {
+			return nil, err
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/checkpoint"
 	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/node"
@@ -29,6 +30,26 @@ var errTable = []struct {
 	{readlease.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
 	{lessor.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
 	{context.DeadlineExceeded, rpctypes.ErrGRPCTimeout},
+	{node.ErrBadTransferee, rpctypes.ErrGRPCBadLeaderTransferee},
+
+	{auth.ErrRootUserNotExist, rpctypes.ErrGRPCRootUserNotExist},
+	{auth.ErrRootRoleNotExist, rpctypes.ErrGRPCRootRoleNotExist},
+	{auth.ErrUserAlreadyExist, rpctypes.ErrGRPCUserAlreadyExist},
+	{auth.ErrUserEmpty, rpctypes.ErrGRPCUserEmpty},
+	{auth.ErrUserNotFound, rpctypes.ErrGRPCUserNotFound},
+	{auth.ErrRoleAlreadyExist, rpctypes.ErrGRPCRoleAlreadyExist},
+	{auth.ErrRoleNotFound, rpctypes.ErrGRPCRoleNotFound},
+	{auth.ErrRoleEmpty, rpctypes.ErrGRPCRoleEmpty},
+	{auth.ErrPermissionNotGiven, rpctypes.ErrGRPCPermissionNotGiven},
+	{auth.ErrAuthFailed, rpctypes.ErrGRPCAuthFailed},
+	{auth.ErrNoPasswordUser, rpctypes.ErrGRPCAuthFailed},
+	{auth.ErrPermissionDenied, rpctypes.ErrGRPCPermissionDenied},
+	{auth.ErrRoleNotGranted, rpctypes.ErrGRPCRoleNotGranted},
+	{auth.ErrPermissionNotGranted, rpctypes.ErrGRPCPermissionNotGranted},
+	{auth.ErrAuthNotEnabled, rpctypes.ErrGRPCAuthNotEnabled},
+	{auth.ErrAuthOldRevision, rpctypes.ErrGRPCAuthOldRevision},
+	{auth.ErrInvalidAuthToken, rpctypes.ErrGRPCInvalidAuthToken},
+	{auth.ErrInvalidAuthMgmt, rpctypes.ErrGRPCInvalidAuthMgmt},
 }
 
 // mapErr turns an error from below the edge into the gRPC error etcd

@@ -19,14 +19,18 @@ func (k *kvService) Range(ctx context.Context, r *pb.RangeRequest) (*pb.RangeRes
 	if k.s.corrupt() {
 		return nil, rpctypes.ErrGRPCCorrupt
 	}
+	read := func() (*pb.RangeResponse, error) {
+		if err := k.s.authorizeRead(ctx, r); err != nil {
+			return nil, err
+		}
+		return k.s.node.Store().Range(r)
+	}
 	var resp *pb.RangeResponse
 	var err error
 	if r.Serializable {
-		resp, err = k.s.node.Store().Range(r)
+		resp, err = read()
 	} else {
-		resp, err = linearizable(k.s, ctx, func() (*pb.RangeResponse, error) {
-			return k.s.node.Store().Range(r)
-		})
+		resp, err = linearizable(k.s, ctx, read)
 	}
 	if err != nil {
 		return nil, err
@@ -69,6 +73,9 @@ func (k *kvService) Txn(ctx context.Context, r *pb.TxnRequest) (*pb.TxnResponse,
 		// A txn that writes nothing needs no log entry, only the same
 		// guarantee as a linearizable Range.
 		resp, err = linearizable(k.s, ctx, func() (*pb.TxnResponse, error) {
+			if err := k.s.authorizeRead(ctx, r); err != nil {
+				return nil, err
+			}
 			return k.s.node.Store().Txn(r)
 		})
 	} else {

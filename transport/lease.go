@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/checkpoint"
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/lessor"
@@ -64,6 +65,9 @@ func (l *leaseService) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiv
 
 func (l *leaseService) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
 	resp, err := linearizable(l.s, ctx, func() (*pb.LeaseLeasesResponse, error) {
+		if err := l.s.authorizeRead(ctx, r); err != nil {
+			return nil, err
+		}
 		resp := &pb.LeaseLeasesResponse{Header: l.s.header(nil)}
 		for _, le := range l.s.node.FSM().Leases() {
 			resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: le.ID})
@@ -108,6 +112,10 @@ func (l *leaseService) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) erro
 				// The header is taken before the renewal, as etcd does: its
 				// revision is then at most the one the renewal happened at.
 				header := l.s.header(nil)
+				if err := l.s.allow(ctx, func(ai auth.Info) error { return l.s.authorizeRenew(ai, req.ID) }); err != nil {
+					cancel(err)
+					return
+				}
 				ttl, err := l.s.renew(ctx, req.ID)
 				if err != nil {
 					cancel(err)

@@ -117,6 +117,7 @@ func (m *maintenanceService) Status(ctx context.Context, r *pb.StatusRequest) (*
 		RaftAppliedIndex: rf.AppliedIndex(),
 		DbSize:           n.DiskSize(),
 		DbSizeInUse:      n.DiskSize(),
+		DbSizeQuota:      max(m.s.limits.QuotaBackendBytes, 0),
 		IsLearner:        false,
 	}
 	if leader == 0 {

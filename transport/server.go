@@ -23,6 +23,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/corenode/corenode/api/cachepb"
 	"github.com/corenode/corenode/checkpoint"
 	"github.com/corenode/corenode/fsm"
@@ -66,6 +68,7 @@ type Server struct {
 	keepAlive    kaForwarder
 	proposals    proposalForwarder
 	readLeases   *readlease.Manager
+	logins       *prometheus.CounterVec
 }
 
 // NewServer returns the services for n.
@@ -103,6 +106,7 @@ func (s *Server) Register(g *grpc.Server) {
 	if s.readLeases != nil {
 		cachepb.RegisterCacheServer(g, &cacheService{s: s})
 	}
+	pb.RegisterAuthServer(g, &authService{s})
 }
 
 // RegisterPeer adds the member-to-member services to g.
@@ -368,10 +372,34 @@ func propose[T fsm.Message](s *Server, ctx context.Context, op fsm.Op, msg fsm.M
 		s.raiseNoSpace(ctx)
 		return zero, rpctypes.ErrGRPCNoSpace
 	}
+	// Once auth is enabled, a client's write carries who it acts for, and
+	// is checked where it applies (see auth.go).
+	as, err := s.as(ctx)
+	if err != nil {
+		return zero, err
+	}
 	var cmd []byte
+	encode := func() error {
+		if cmd != nil {
+			return nil
+		}
+		var err error
+		if as != nil && op != fsm.OpAuth {
+			cmd, err = fsm.EncodeAs(op, msg, as)
+		} else {
+			cmd, err = fsm.Encode(op, msg)
+		}
+		return err
+	}
 	return onLeader(s, ctx, false, func(ctx context.Context) (T, error) {
 		s.proposals.retire(s.grace)
-		resp, err := s.node.Propose(ctx, op, msg)
+		var resp any
+		var err error
+		if as == nil {
+			resp, err = s.node.Propose(ctx, op, msg)
+		} else if err = encode(); err == nil {
+			resp, err = s.node.ProposeEncoded(ctx, cmd)
+		}
 		if err != nil {
 			return zero, err
 		}
@@ -381,11 +409,8 @@ func propose[T fsm.Message](s *Server, ctx context.Context, op fsm.Op, msg fsm.M
 		}
 		return t, nil
 	}, func(ctx context.Context, changed <-chan struct{}, conn *grpc.ClientConn) (T, error) {
-		if cmd == nil {
-			var err error
-			if cmd, err = fsm.Encode(op, msg); err != nil {
-				return zero, err
-			}
+		if err := encode(); err != nil {
+			return zero, err
 		}
 		body, err := s.proposals.propose(ctx, changed, s.grace, conn, cmd)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/kv"
 )
 
@@ -330,6 +331,13 @@ func (ws *watchStream) create(ctx context.Context, r *pb.WatchCreateRequest) {
 		ws.mu.Unlock()
 		ws.enqueue(ctx, &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: int64(id),
 			Created: true, Canceled: true, CancelReason: "mvcc: duplicate watch ID provided on the WatchStream"})
+		return
+	}
+	if err := ws.s.allow(ctx, func(ai auth.Info) error { return ws.s.authStore().IsRangePermitted(ai, r.Key, r.RangeEnd) }); err != nil {
+		// As etcd: refused with the reason, on an ID no watch has.
+		ws.mu.Unlock()
+		ws.enqueue(ctx, &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: -1,
+			Created: true, Canceled: true, CancelReason: err.Error()})
 		return
 	}
 	if err := kv.ValidateWatch(r.Key, r.RangeEnd, r.StartRevision); err != nil {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/member"
 	"github.com/corenode/corenode/node"
 	"github.com/corenode/corenode/transport"
@@ -76,6 +77,8 @@ type options struct {
 	corruptCheck                               time.Duration
 	readLease                                  time.Duration
 	readLeaseMaxKeys, readLeaseMaxHolders      int
+	authToken                                  string
+	authTokenTTL, bcryptCost                   int
 }
 
 func newFlagSet(o *options) *flag.FlagSet {
@@ -109,6 +112,9 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.DurationVar(&o.readLease, "read-lease-duration", member.DefaultReadLeaseDuration, "read lease the leader grants to client/cache sessions: longer serves more reads from memory, and makes a write to a key whose holder died wait longer (at most this long); 0 grants none")
 	fs.IntVar(&o.readLeaseMaxKeys, "read-lease-max-keys", member.DefaultReadLeaseMaxKeys, "read leases the leader holds at once, over every key and holder; past it, reads are answered without a lease")
 	fs.IntVar(&o.readLeaseMaxHolders, "read-lease-max-holders-per-key", member.DefaultReadLeaseMaxHoldersPerKey, "read-lease holders of one key; past it, reads of the key are answered without a lease")
+	fs.StringVar(&o.authToken, "auth-token", "simple", "auth token kind: simple (as etcd's default; tokens live on the members, each valid --auth-token-ttl after its last use); jwt is not built yet")
+	fs.IntVar(&o.authTokenTTL, "auth-token-ttl", 300, "seconds a simple auth token stays valid after its last use")
+	fs.IntVar(&o.bcryptCost, "bcrypt-cost", 10, "bcrypt cost of the password hashes this member makes (4 to 31)")
 	fs.StringVar(&o.clientTLS.CertFile, "cert-file", "", "path to the client server TLS cert file (for https:// client URLs)")
 	fs.StringVar(&o.clientTLS.KeyFile, "key-file", "", "path to the client server TLS key file")
 	fs.StringVar(&o.clientTLS.TrustedCAFile, "trusted-ca-file", "", "path to the CA bundle that signs client certificates")
@@ -198,6 +204,18 @@ func run(args []string) error {
 	if o.readLeaseMaxKeys <= 0 || o.readLeaseMaxHolders <= 0 {
 		return fmt.Errorf("--read-lease-max-keys (%d) and --read-lease-max-holders-per-key (%d) must be positive", o.readLeaseMaxKeys, o.readLeaseMaxHolders)
 	}
+	if kind, _, _ := strings.Cut(o.authToken, ","); kind != "simple" {
+		if kind == "jwt" {
+			return errors.New("--auth-token jwt is not supported yet; use simple (the default)")
+		}
+		return fmt.Errorf("--auth-token %q: want simple", o.authToken)
+	}
+	if o.authTokenTTL <= 0 {
+		return fmt.Errorf("--auth-token-ttl (%d) must be positive", o.authTokenTTL)
+	}
+	if !auth.ValidBcryptCost(o.bcryptCost) {
+		return fmt.Errorf("--bcrypt-cost (%d) must be between 4 and 31", o.bcryptCost)
+	}
 	if o.corruptCheck < 0 {
 		return fmt.Errorf("--corrupt-check-time (%s) must not be negative", o.corruptCheck)
 	}
@@ -232,6 +250,8 @@ func run(args []string) error {
 		LeaseBatch:                o.leaseBatch,
 		WatchProgressNotify:       o.watchProgressNotify,
 		QuotaBackendBytes:         o.quotaBackendBytes,
+		AuthTokenTTL:              time.Duration(o.authTokenTTL) * time.Second,
+		BcryptCost:                o.bcryptCost,
 		CorruptCheckTime:          o.corruptCheck,
 		ReadLeaseDuration:         cmp.Or(o.readLease, -1), // the flag's 0 is none; the config's is the default
 		ReadLeaseMaxKeys:          o.readLeaseMaxKeys,

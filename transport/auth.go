@@ -1,0 +1,473 @@
+package transport
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+
+	"go.etcd.io/etcd/api/v3/authpb"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/corenode/corenode/auth"
+	"github.com/corenode/corenode/fsm"
+)
+
+// Who a client call acts for is resolved on the member the client reached,
+// from the token in its metadata ("token", or "authorization" from the
+// JSON gateway) or, with --client-cert-auth, its certificate's common
+// name. Every rule below is etcd 3.6's, checked against a running etcd
+// (docs/operations.md lists them):
+//
+//   - reads (Range, a Txn that only reads, Watch, TimeToLive with keys,
+//     Leases, cached reads) are checked here, against this member's state;
+//   - writes (Put, DeleteRange, a writing Txn, LeaseRevoke) carry the
+//     caller in their log entry (fsm.OpAs) and are checked where they
+//     apply, so a permission revoked while a write was in flight is
+//     honoured on every member alike;
+//   - the Auth service's requests carry the caller the same way, and the
+//     auth state checks root where they apply.
+//
+// Requests a member forwards to the leader arrive on the peer port, which
+// has no interceptor: the member that received them checked them, and
+// writes carry the caller inside. The peer port must therefore be reachable
+// only by members (a private network, or --peer-client-cert-auth).
+
+// callerKey marks the context of a call that came in on a client port; its
+// value resolves who the call acts for, when asked.
+type callerKey struct{}
+
+type caller struct {
+	md metadata.MD
+	cn string // the verified client certificate's common name, if any
+}
+
+// rule is what a method needs, before its request is looked at.
+type rule int
+
+const (
+	// ruleRoot: only a user with the root role (the default for any
+	// method not listed, so a new RPC is closed until it is decided).
+	ruleRoot rule = iota
+	// ruleOpen: no credentials are looked at.
+	ruleOpen
+	// ruleUser: any valid credentials (etcd's requireAuthInfo).
+	ruleUser
+	// ruleRequest: the request decides; see authorizeRequest.
+	ruleRequest
+	// ruleRead: the request decides, checked by the handler against the
+	// state it reads (after a linearizable read's wait), as etcd checks
+	// its reads: a read on a member that has not yet applied an auth
+	// change it must see is not judged by the older state.
+	ruleRead
+)
+
+var methodRules = map[string]rule{
+	"/etcdserverpb.KV/Range":       ruleRead,
+	"/etcdserverpb.KV/Put":         ruleOpen, // checked where it applies
+	"/etcdserverpb.KV/DeleteRange": ruleOpen, // checked where it applies
+	"/etcdserverpb.KV/Txn":         ruleRead, // a writing Txn is checked where it applies
+	"/etcdserverpb.KV/Compact":     ruleRoot,
+
+	"/etcdserverpb.Watch/Watch": ruleOpen, // each create is checked
+
+	"/etcdserverpb.Lease/LeaseGrant":      ruleUser,
+	"/etcdserverpb.Lease/LeaseRevoke":     ruleUser, // and where it applies
+	"/etcdserverpb.Lease/LeaseKeepAlive":  ruleOpen, // each renewal is checked
+	"/etcdserverpb.Lease/LeaseTimeToLive": ruleRequest,
+	"/etcdserverpb.Lease/LeaseLeases":     ruleRead,
+
+	"/etcdserverpb.Cluster/MemberList":    ruleUser,
+	"/etcdserverpb.Cluster/MemberAdd":     ruleRoot,
+	"/etcdserverpb.Cluster/MemberRemove":  ruleRoot,
+	"/etcdserverpb.Cluster/MemberUpdate":  ruleRoot,
+	"/etcdserverpb.Cluster/MemberPromote": ruleRoot,
+
+	"/etcdserverpb.Maintenance/Alarm":      ruleRequest,
+	"/etcdserverpb.Maintenance/Status":     ruleUser,
+	"/etcdserverpb.Maintenance/Defragment": ruleRoot,
+	"/etcdserverpb.Maintenance/Hash":       ruleRoot,
+	"/etcdserverpb.Maintenance/HashKV":     ruleRoot,
+	"/etcdserverpb.Maintenance/Snapshot":   ruleRoot,
+	"/etcdserverpb.Maintenance/MoveLeader": ruleRoot,
+	"/etcdserverpb.Maintenance/Downgrade":  ruleRoot,
+
+	// The Auth service's own: root is checked where they apply (UserGet
+	// and RoleGet let a user see itself and its roles), Authenticate needs
+	// no credentials.
+	"/etcdserverpb.Auth/Authenticate":                                ruleOpen,
+	"/etcdserverpb.Auth/AuthEnable":                                  ruleOpen,
+	"/etcdserverpb.Auth/AuthDisable":                                 ruleOpen,
+	"/etcdserverpb.Auth/AuthStatus":                                  ruleOpen,
+	"/etcdserverpb.Auth/UserAdd":                                     ruleOpen,
+	"/etcdserverpb.Auth/UserGet":                                     ruleOpen,
+	"/etcdserverpb.Auth/UserList":                                    ruleOpen,
+	"/etcdserverpb.Auth/UserDelete":                                  ruleOpen,
+	"/etcdserverpb.Auth/UserChangePassword":                          ruleOpen,
+	"/etcdserverpb.Auth/UserGrantRole":                               ruleOpen,
+	"/etcdserverpb.Auth/UserRevokeRole":                              ruleOpen,
+	"/etcdserverpb.Auth/RoleAdd":                                     ruleOpen,
+	"/etcdserverpb.Auth/RoleGet":                                     ruleOpen,
+	"/etcdserverpb.Auth/RoleList":                                    ruleOpen,
+	"/etcdserverpb.Auth/RoleDelete":                                  ruleOpen,
+	"/etcdserverpb.Auth/RoleGrantPermission":                         ruleOpen,
+	"/etcdserverpb.Auth/RoleRevokePermission":                        ruleOpen,
+	"/corenode.cache.v1.Cache/Session":                               ruleOpen, // each read is checked
+	"/grpc.health.v1.Health/Check":                                   ruleOpen,
+	"/grpc.health.v1.Health/Watch":                                   ruleOpen,
+	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      ruleOpen,
+	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": ruleOpen,
+}
+
+// AuthOptions returns the interceptors of the client port: they mark each
+// call as a client's and apply its method's rule. clientCertAuth makes a
+// verified certificate's common name the user of a call without a token.
+func (s *Server) AuthOptions(clientCertAuth bool) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			ctx = withCaller(ctx, clientCertAuth)
+			if err := s.authorizeMethod(ctx, info.FullMethod, req); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			ctx := withCaller(ss.Context(), clientCertAuth)
+			if err := s.authorizeMethod(ctx, info.FullMethod, nil); err != nil {
+				return err
+			}
+			return h(srv, &callerStream{ServerStream: ss, ctx: ctx})
+		}),
+	}
+}
+
+type callerStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (c *callerStream) Context() context.Context { return c.ctx }
+
+func withCaller(ctx context.Context, clientCertAuth bool) context.Context {
+	md, _ := metadata.FromIncomingContext(ctx)
+	c := &caller{md: md}
+	if clientCertAuth {
+		c.cn = commonName(ctx)
+	}
+	return context.WithValue(ctx, callerKey{}, c)
+}
+
+func commonName(ctx context.Context) string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return ""
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return ""
+	}
+	var leaf *x509.Certificate
+	for _, chain := range ti.State.VerifiedChains {
+		if len(chain) > 0 {
+			leaf = chain[0]
+			break
+		}
+	}
+	if leaf == nil {
+		return ""
+	}
+	return leaf.Subject.CommonName
+}
+
+func (s *Server) authStore() *auth.Store { return s.node.FSM().Auth() }
+
+// caller resolves who ctx's call acts for. checked is false for a call
+// that did not come in on a client port (forwarded by a member), or while
+// auth is disabled: nothing is to be checked then.
+func (s *Server) caller(ctx context.Context) (ai auth.Info, checked bool, err error) {
+	st := s.authStore()
+	c, ok := ctx.Value(callerKey{}).(*caller)
+	if !ok || !st.Enabled() {
+		return auth.Info{}, false, nil
+	}
+	for _, name := range []string{rpctypes.TokenFieldNameGRPC, rpctypes.TokenFieldNameSwagger} {
+		if v := c.md.Get(name); len(v) > 0 {
+			ai, err := st.InfoFromToken(v[0])
+			return ai, true, err
+		}
+	}
+	if c.cn != "" {
+		return st.InfoFromCommonName(c.cn), true, nil
+	}
+	return auth.Info{}, true, nil
+}
+
+// allow runs check for ctx's caller, unless nothing is to be checked; the
+// error is etcd's.
+func (s *Server) allow(ctx context.Context, check func(auth.Info) error) error {
+	ai, checked, err := s.caller(ctx)
+	if err == nil && checked {
+		err = check(ai)
+	}
+	return mapErr(ctx, err)
+}
+
+// as returns the header an OpAs entry carries for ctx's caller, or nil when
+// the write needs none.
+func (s *Server) as(ctx context.Context) (*pb.RequestHeader, error) {
+	ai, checked, err := s.caller(ctx)
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	if !checked {
+		return nil, nil
+	}
+	return &pb.RequestHeader{Username: ai.User, AuthRevision: ai.Revision}, nil
+}
+
+func (s *Server) authorizeMethod(ctx context.Context, method string, req any) error {
+	r, ok := methodRules[method]
+	if !ok {
+		r = ruleRoot
+	}
+	st := s.authStore()
+	switch r {
+	case ruleOpen, ruleRead:
+		return nil
+	case ruleUser:
+		return s.allow(ctx, st.RequireUser)
+	case ruleRoot:
+		return s.allow(ctx, st.IsAdminPermitted)
+	}
+	return s.allow(ctx, func(ai auth.Info) error { return s.authorizeRequest(ai, req) })
+}
+
+// authorizeRead checks a ruleRead request; handlers call it just before
+// they read.
+func (s *Server) authorizeRead(ctx context.Context, req any) error {
+	return s.allow(ctx, func(ai auth.Info) error { return s.authorizeRequest(ai, req) })
+}
+
+// authorizeRequest is the rule of a ruleRequest or ruleRead method.
+func (s *Server) authorizeRequest(ai auth.Info, req any) error {
+	st := s.authStore()
+	store := s.node.FSM().Store()
+	switch r := req.(type) {
+	case *pb.RangeRequest:
+		return st.IsRangePermitted(ai, r.Key, r.RangeEnd)
+	case *pb.TxnRequest:
+		if !isReadOnlyTxn(r) {
+			return nil // checked where it applies
+		}
+		return st.CheckTxn(ai, r, store.LeaseKeys)
+	case *pb.LeaseTimeToLiveRequest:
+		if err := st.RequireUser(ai); err != nil || !r.Keys {
+			return err
+		}
+		return st.CheckLeaseKeys(ai, store.LeaseKeys(r.ID), authpb.READ)
+	case *pb.LeaseLeasesRequest:
+		if err := st.RequireUser(ai); err != nil {
+			return err
+		}
+		for _, l := range s.node.FSM().Leases() {
+			if err := st.CheckLeaseKeys(ai, store.LeaseKeys(l.ID), authpb.READ); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *pb.AlarmRequest:
+		if r.Action == pb.AlarmRequest_GET {
+			return st.RequireUser(ai)
+		}
+		return st.IsAdminPermitted(ai)
+	}
+	return st.IsAdminPermitted(ai)
+}
+
+// authorizeRenew is etcd's rule for a keep-alive: credentials, and write
+// on every key the lease holds.
+func (s *Server) authorizeRenew(ai auth.Info, id int64) error {
+	st := s.authStore()
+	if err := st.RequireUser(ai); err != nil {
+		return err
+	}
+	return st.CheckLeaseKeys(ai, s.node.FSM().Store().LeaseKeys(id), authpb.WRITE)
+}
+
+// authService is etcd's Auth service. Every request but Authenticate goes
+// through the log as fsm.OpAuth with the caller in its header, as etcd's
+// does; passwords are hashed here, never in the log.
+type authService struct{ s *Server }
+
+// authResponse is what every Auth service answer is.
+type authResponse interface {
+	fsm.Message
+	GetHeader() *pb.ResponseHeader
+}
+
+func authCall[T authResponse](a *authService, ctx context.Context, r *pb.InternalRaftRequest) (T, error) {
+	var zero T
+	if r.Header == nil {
+		hdr, err := a.s.as(ctx)
+		if err != nil {
+			return zero, err
+		}
+		r.Header = hdr
+	}
+	resp, err := propose[T](a.s, ctx, fsm.OpAuth, r)
+	if err != nil {
+		return zero, err
+	}
+	a.s.header(resp.GetHeader())
+	return resp, nil
+}
+
+func (a *authService) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
+	return authCall[*pb.AuthEnableResponse](a, ctx, &pb.InternalRaftRequest{AuthEnable: r})
+}
+
+func (a *authService) AuthDisable(ctx context.Context, r *pb.AuthDisableRequest) (*pb.AuthDisableResponse, error) {
+	return authCall[*pb.AuthDisableResponse](a, ctx, &pb.InternalRaftRequest{AuthDisable: r})
+}
+
+func (a *authService) AuthStatus(ctx context.Context, r *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
+	return authCall[*pb.AuthStatusResponse](a, ctx, &pb.InternalRaftRequest{AuthStatus: r})
+}
+
+func (a *authService) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb.AuthUserAddResponse, error) {
+	if r.Options == nil || !r.Options.NoPassword {
+		h, err := auth.HashPassword(r.Password, a.s.authStore().BcryptCost())
+		if err != nil {
+			return nil, mapErr(ctx, err)
+		}
+		r = &pb.AuthUserAddRequest{Name: r.Name, Options: r.Options, HashedPassword: h}
+	}
+	return authCall[*pb.AuthUserAddResponse](a, ctx, &pb.InternalRaftRequest{AuthUserAdd: r})
+}
+
+func (a *authService) UserGet(ctx context.Context, r *pb.AuthUserGetRequest) (*pb.AuthUserGetResponse, error) {
+	return authCall[*pb.AuthUserGetResponse](a, ctx, &pb.InternalRaftRequest{AuthUserGet: r})
+}
+
+func (a *authService) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*pb.AuthUserListResponse, error) {
+	return authCall[*pb.AuthUserListResponse](a, ctx, &pb.InternalRaftRequest{AuthUserList: r})
+}
+
+func (a *authService) UserDelete(ctx context.Context, r *pb.AuthUserDeleteRequest) (*pb.AuthUserDeleteResponse, error) {
+	return authCall[*pb.AuthUserDeleteResponse](a, ctx, &pb.InternalRaftRequest{AuthUserDelete: r})
+}
+
+func (a *authService) UserChangePassword(ctx context.Context, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
+	h, err := auth.HashPassword(r.Password, a.s.authStore().BcryptCost())
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	r = &pb.AuthUserChangePasswordRequest{Name: r.Name, HashedPassword: h}
+	return authCall[*pb.AuthUserChangePasswordResponse](a, ctx, &pb.InternalRaftRequest{AuthUserChangePassword: r})
+}
+
+func (a *authService) UserGrantRole(ctx context.Context, r *pb.AuthUserGrantRoleRequest) (*pb.AuthUserGrantRoleResponse, error) {
+	return authCall[*pb.AuthUserGrantRoleResponse](a, ctx, &pb.InternalRaftRequest{AuthUserGrantRole: r})
+}
+
+func (a *authService) UserRevokeRole(ctx context.Context, r *pb.AuthUserRevokeRoleRequest) (*pb.AuthUserRevokeRoleResponse, error) {
+	return authCall[*pb.AuthUserRevokeRoleResponse](a, ctx, &pb.InternalRaftRequest{AuthUserRevokeRole: r})
+}
+
+func (a *authService) RoleAdd(ctx context.Context, r *pb.AuthRoleAddRequest) (*pb.AuthRoleAddResponse, error) {
+	return authCall[*pb.AuthRoleAddResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleAdd: r})
+}
+
+func (a *authService) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb.AuthRoleGetResponse, error) {
+	return authCall[*pb.AuthRoleGetResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleGet: r})
+}
+
+func (a *authService) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*pb.AuthRoleListResponse, error) {
+	return authCall[*pb.AuthRoleListResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleList: r})
+}
+
+func (a *authService) RoleDelete(ctx context.Context, r *pb.AuthRoleDeleteRequest) (*pb.AuthRoleDeleteResponse, error) {
+	return authCall[*pb.AuthRoleDeleteResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleDelete: r})
+}
+
+func (a *authService) RoleGrantPermission(ctx context.Context, r *pb.AuthRoleGrantPermissionRequest) (*pb.AuthRoleGrantPermissionResponse, error) {
+	return authCall[*pb.AuthRoleGrantPermissionResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleGrantPermission: r})
+}
+
+func (a *authService) RoleRevokePermission(ctx context.Context, r *pb.AuthRoleRevokePermissionRequest) (*pb.AuthRoleRevokePermissionResponse, error) {
+	return authCall[*pb.AuthRoleRevokePermissionResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleRevokePermission: r})
+}
+
+// Authenticate checks the password here (bcrypt, with the back-off after
+// failures), then commits the token through the log so every member knows
+// it. If the auth state changed between the check and the commit (a new
+// password, say), the entry is refused and the check runs again, as etcd's
+// optimistic loop does.
+func (a *authService) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
+	st := a.s.authStore()
+	// caughtUp waits until this member has applied every entry committed
+	// before the call.
+	caughtUp := func() error {
+		_, err := linearizable(a.s, ctx, func() (struct{}, error) { return struct{}{}, nil })
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		// Check against state that includes every change acknowledged
+		// before this call (a password just changed, say).
+		if err := caughtUp(); err != nil {
+			return nil, err
+		}
+		rev, err := st.Login(r.Name, r.Password)
+		a.s.countLogin(err)
+		if err != nil {
+			return nil, mapErr(ctx, err)
+		}
+		prefix, err := auth.NewTokenPrefix()
+		if err != nil {
+			return nil, mapErr(ctx, err)
+		}
+		req := &pb.InternalRaftRequest{Header: &pb.RequestHeader{AuthRevision: rev},
+			Authenticate: &pb.InternalAuthenticateRequest{Name: r.Name, SimpleToken: prefix}}
+		resp, err := authCall[*pb.AuthenticateResponse](a, ctx, req)
+		if errors.Is(err, rpctypes.ErrGRPCAuthOldRevision) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		// The leader applied the token's entry; this member, which the
+		// client will call with the token next, must know it too.
+		if err := caughtUp(); err != nil {
+			return nil, err
+		}
+		return resp, nil
+	}
+}
+
+// RegisterAuthMetrics adds the login counters to reg.
+func (s *Server) RegisterAuthMetrics(reg prometheus.Registerer) {
+	s.logins = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corenode_auth_logins_total",
+		Help: "Authenticate calls checked on this member, by result: ok, password (wrong password), user (no such user, or one without a password), backoff (refused unchecked after repeated failures)."},
+		[]string{"result"})
+	reg.MustRegister(s.logins)
+}
+
+func (s *Server) countLogin(err error) {
+	if s.logins == nil || errors.Is(err, auth.ErrAuthNotEnabled) {
+		return
+	}
+	result := "ok"
+	var le *auth.LoginError
+	if errors.As(err, &le) {
+		result = le.Reason
+	} else if err != nil {
+		return
+	}
+	s.logins.WithLabelValues(result).Inc()
+}
