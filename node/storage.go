@@ -171,6 +171,11 @@ var keyCurrentTerm = []byte("CurrentTerm")
 // persist: the term write could well succeed where the append after it
 // will not, and each such election would leave the term one higher.
 //
+// A campaign held back goes on once the disk is back; the election timer
+// raft started just before it (runCandidate, raft.go:352) may have run out
+// by then, so a lone member may take two elections to lead again: the
+// term climbs by at most two per recovery, not once per election timeout.
+//
 // A term that is already durable (read or written here) is not written
 // again: NewRaft and a candidate that hears the leader of its own term
 // rewrite it, and they must not wait on a full disk for a no-op.
