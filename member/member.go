@@ -7,6 +7,7 @@ package member
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -424,7 +425,8 @@ func Start(cfg Config) (*Member, error) {
 	if g, ok := cfg.Metrics.(prometheus.Gatherer); ok && gatherer == nil {
 		gatherer = g
 	}
-	m.http = &http.Server{Handler: m.server.HTTPHandler(gatherer, cfg.EnablePprof, gateway), ReadHeaderTimeout: 10 * time.Second}
+	m.http = &http.Server{Handler: storageHealth(m.node, m.server.HTTPHandler(gatherer, cfg.EnablePprof, gateway)),
+		ReadHeaderTimeout: 10 * time.Second}
 	m.serve(func() error { return m.grpc.Serve(m.pipe) })
 
 	m.serve(func() error { return m.peer.Serve(m.peerMux.GRPCListener()) })
@@ -607,6 +609,29 @@ func (m *Member) Close() error {
 		m.wg.Wait()
 	})
 	return m.err
+}
+
+// storageHealth answers /health for a member that cannot persist its raft
+// state as etcd answers for an unhealthy member, {"health":"false",
+// "reason":...} with 503, and passes every other request to next. It
+// answers at once: the transport's own check would wait out its deadline
+// for an index this member cannot reach, and then give a reason that does
+// not say why.
+func storageHealth(n *node.Node, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		err := n.StorageErr()
+		if r.URL.Path != "/health" || err == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Access-Control-Allow-Origin", "*")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		json.NewEncoder(w).Encode(struct {
+			Health string `json:"health"`
+			Reason string `json:"reason"`
+		}{"false", "DISK " + err.Error()})
+	})
 }
 
 // localIP is the address peer connections are dialed from: the one the peer

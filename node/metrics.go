@@ -62,6 +62,9 @@ func (m *metrics) register(reg prometheus.Registerer, n *Node) {
 		gauge("corenode_raft_applied_index", "Highest log index applied to the state machine.", func() float64 {
 			return float64(n.raft.AppliedIndex())
 		}),
+		gauge("corenode_disk_writable", "1 if this member can persist its raft state; 0 after a write failed (a full disk), until a probe of the disk succeeds.", func() float64 {
+			return boolean(!n.storage.failed.Load())
+		}),
 		gauge("corenode_kv_db_size_bytes", "Size on disk of the raft log and its newest snapshot.", func() float64 {
 			return float64(n.DiskSize())
 		}),

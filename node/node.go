@@ -69,6 +69,9 @@ type Config struct {
 	// name (MismatchError); empty means that store, or DefaultLogStore in a
 	// new data dir.
 	LogStore string
+	// StorageProbeInterval is how often a member that cannot persist its
+	// raft state (a full disk) tries the disk again; zero means 1 s.
+	StorageProbeInterval time.Duration
 
 	Logger *slog.Logger
 	// RaftLog receives hashicorp/raft's own warnings; nil means stderr.
@@ -107,12 +110,16 @@ type Node struct {
 	log   *slog.Logger
 	fsm   *fsm.FSM
 	raft  *raft.Raft
-	store logStore
+	store *reopenableStore
 	// storeKind is the store this member opened (LogStoreWAL or LogStoreBoltDB).
 	storeKind string
 	snaps     *snapshotStore
 	logs      raft.LogStore
 	repl      *replication
+	// storage says whether the raft state can be written (storage.go).
+	storage storageState
+	// ticker paces the storage probe; tests replace it.
+	ticker func(time.Duration) (<-chan time.Time, func())
 	// metrics are always collected; cfg.Metrics decides whether anyone sees them.
 	metrics *metrics
 	obs     *raft.Observer
@@ -193,11 +200,14 @@ func New(cfg Config) (*Node, error) {
 	if cfg.SnapshotInterval == 0 {
 		cfg.SnapshotInterval = 30 * time.Second
 	}
+	if cfg.StorageProbeInterval == 0 {
+		cfg.StorageProbeInterval = defaultStorageProbeInterval
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger, cfg.LeaseObserver, cfg.Auth), stop: make(chan struct{}), metrics: newMetrics(),
-		removed: make(chan struct{})}
+		removed: make(chan struct{}), ticker: systemTicker}
 	n.confirmRounds = round.New(func() (struct{}, error) { return struct{}{}, n.verifyOnce() })
 
 	kind, err := chooseLogStore(cfg.DataDir, cfg.LogStore)
@@ -212,7 +222,10 @@ func New(cfg Config) (*Node, error) {
 		}
 		return nil, fmt.Errorf("node: open %s raft log in %s: %w", kind, cfg.DataDir, err)
 	}
-	n.store, n.storeKind = stores, kind
+	n.store = &reopenableStore{store: stores, open: func() (logStore, error) {
+		return openLogStore(cfg.DataDir, kind, raftLogger(cfg, "wal"))
+	}}
+	n.storeKind = kind
 	snaps, err := openSnapshots(cfg.DataDir, 2, cfg.Logger)
 	if err != nil {
 		stores.Close()
@@ -223,25 +236,29 @@ func New(cfg Config) (*Node, error) {
 		stores.Close()
 		return nil, fmt.Errorf("node: %w", &CorruptLogError{DataDir: cfg.DataDir, Store: kind, ID: cfg.ID, Err: err})
 	}
-	logs, err := raft.NewLogCache(1024, timedLogStore{stores, n.metrics.fsync})
+	logs, err := raft.NewLogCache(1024, timedLogStore{n.store, n.metrics.fsync})
 	n.logs = logs
 	if err != nil {
 		stores.Close()
 		return nil, fmt.Errorf("node: log cache: %w", err)
 	}
+	// raft writes through these, so that a failed write marks the member
+	// unable to persist (storage.go); n.logs, for reads, skips them.
+	raftLogs := guardedLog{LogStore: logs, s: &n.storage, log: cfg.Logger}
+	stable := &guardedStable{StableStore: n.store, s: &n.storage, log: cfg.Logger, stop: n.stop}
 
-	n.repl = newReplication(cfg.Transport)
+	n.repl = newReplication(cfg.Transport, &n.storage)
 	notify := make(chan bool, 16)
 	rc := raftConfig(cfg, notify)
 
 	if cfg.Bootstrap {
-		has, err := raft.HasExistingState(logs, stores, snaps)
+		has, err := raft.HasExistingState(raftLogs, stable, snaps)
 		if err != nil {
 			stores.Close()
 			return nil, fmt.Errorf("node: inspect raft state: %w", err)
 		}
 		if !has {
-			if err := raft.BootstrapCluster(rc, logs, stores, snaps, n.repl,
+			if err := raft.BootstrapCluster(rc, raftLogs, stable, snaps, n.repl,
 				raft.Configuration{Servers: cfg.InitialMembers}); err != nil {
 				stores.Close()
 				return nil, fmt.Errorf("node: bootstrap: %w", err)
@@ -250,11 +267,16 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 
-	r, err := raft.NewRaft(rc, n.fsm, logs, stores, snaps, n.repl)
+	// From here on raft's main goroutine may write its term, which must
+	// not fail (guardedStable).
+	stable.running.Store(true)
+	r, err := raft.NewRaft(rc, n.fsm, raftLogs, stable, snaps, n.repl)
 	if err != nil {
 		stores.Close()
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}
+	campaigning := func() bool { return r.State() == raft.Candidate }
+	stable.candidate.Store(&campaigning)
 	n.raft = r
 	n.prober = heartbeatProber{n}
 	n.notify = notify
@@ -289,10 +311,11 @@ func New(cfg Config) (*Node, error) {
 // before Start see every term, even one won during New.
 func (n *Node) Start() {
 	n.startOnce.Do(func() {
-		n.done.Add(3)
+		n.done.Add(4)
 		go n.watchLeadership(n.notify)
 		go n.watchRemoval()
 		go n.followLeader(n.obsCh)
+		go n.probeStorage()
 	})
 }
 

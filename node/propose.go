@@ -94,6 +94,11 @@ func (n *Node) propose(ctx context.Context, op fsm.Op, data []byte) (any, error)
 		switch {
 		case errors.Is(err, raft.ErrNotLeader):
 			return nil, ErrNotLeader
+		case errors.Is(err, ErrCannotPersist):
+			// This leader could not store the entry, so raft stepped it
+			// down before replicating it (dispatchLogs, raft.go:1266): it
+			// is stored nowhere, and the request may go to whoever leads.
+			return nil, ErrNotLeader
 		case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 			return nil, rpctypes.ErrGRPCLeaderChanged
 		case errors.Is(err, raft.ErrRaftShutdown):

@@ -8,7 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// replication wraps the raft transport of every member. It does two
+// replication wraps the raft transport of every member. It does three
 // things:
 //
 //   - It keeps hashicorp/raft to one AppendEntries in flight per follower by
@@ -22,6 +22,11 @@ import (
 //     teller (tellCommits) knows, per follower, the last index that
 //     follower acknowledged holding in this term, the highest commit index
 //     it has been told, and whether an append to it is in flight.
+//   - While this member cannot persist its raft state (storage.go) it sends
+//     no RequestPreVote and no RequestVote: raft counts a failed pre-vote
+//     request as refused (preElectSelf, raft.go:2050), so a candidacy that
+//     could only end in a failed append never gets past its pre-vote, and
+//     the term the others hold is left alone.
 //
 // It relies on two behaviours of hashicorp/raft 1.7, each covered by a
 // test in replication_test.go: a heartbeat is an append with no entries,
@@ -34,6 +39,7 @@ import (
 // AppendEntries and progress from their own goroutines. mu guards peers.
 type replication struct {
 	raft.Transport
+	storage *storageState
 
 	mu    sync.Mutex
 	peers map[raft.ServerID]*peerProgress
@@ -57,8 +63,22 @@ type peerProgress struct {
 	changed chan struct{}
 }
 
-func newReplication(t raft.Transport) *replication {
-	return &replication{Transport: t, peers: map[raft.ServerID]*peerProgress{}}
+func newReplication(t raft.Transport, storage *storageState) *replication {
+	return &replication{Transport: t, storage: storage, peers: map[raft.ServerID]*peerProgress{}}
+}
+
+// errNoCampaign fails the vote requests of a member that cannot persist.
+// (Its text must not contain raft's "unexpected command", which raft takes
+// for a peer without pre-vote and counts as a granted pre-vote.)
+var errNoCampaign = errors.New("node: not campaigning: this member cannot persist its raft state")
+
+// RequestVote passes a vote request through unless this member cannot
+// persist (see replication).
+func (r *replication) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if r.storage.failed.Load() {
+		return errNoCampaign
+	}
+	return r.Transport.RequestVote(id, target, args, resp)
 }
 
 // AppendEntriesPipeline refuses pipelining: raft falls back to one
@@ -140,9 +160,13 @@ func (r *replication) progress(id raft.ServerID, term uint64) (match, told uint6
 	return p.match, p.told, p.inflight > 0, p.changed
 }
 
-// RequestPreVote passes pre-vote through; raft enables pre-vote only when
-// its transport has this method.
+// RequestPreVote passes pre-vote through, unless this member cannot
+// persist (see replication); raft enables pre-vote only when its transport
+// has this method.
 func (r *replication) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if r.storage.failed.Load() {
+		return errNoCampaign
+	}
 	pv, ok := r.Transport.(raft.WithPreVote)
 	if !ok {
 		return errors.New("node: transport does not support pre-vote")

@@ -35,7 +35,7 @@ func newRecordingReplication(t *testing.T) (*replication, *recordingTransport) {
 	t.Helper()
 	_, inmem := raft.NewInmemTransport("leader")
 	rt := &recordingTransport{InmemTransport: inmem}
-	return newReplication(rt), rt
+	return newReplication(rt, new(storageState)), rt
 }
 
 // entries returns log entries first through last of term.
