@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -269,5 +270,62 @@ func TestGatewayAuth(t *testing.T) {
 	wantOK(t, "range with the token", code, m)
 	if field(t, m, "kvs", 0, "value") != b64("v") {
 		t.Fatalf("range with the token: %v", m)
+	}
+}
+
+// TestCertificateUsers: with --client-cert-auth, a client certificate's
+// common name is the user of a call that carries no token, as in etcd; a
+// certificate that names no user has no credentials.
+func TestCertificateUsers(t *testing.T) {
+	ca := membertest.NewCA(t, "cluster")
+	server := ca.Issue("member", net.ParseIP("127.0.0.1"))
+	info := member.TLSInfo{CertFile: server.CertFile, KeyFile: server.KeyFile, TrustedCAFile: ca.File, ClientCertAuth: true}
+	c := membertest.New(t, 3, cheapBcrypt, membertest.WithTLS(info, info, ca.ClientConfig(ca.Issue("root"))))
+	defer c.Close()
+	leader := c.WaitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := c.Client()
+	for _, step := range []func() error{
+		func() error { _, err := root.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := root.RoleAdd(ctx, "svc-a"); return err },
+		func() error {
+			_, err := root.RoleGrantPermission(ctx, "svc-a", "/svc/a/", "/svc/a0", clientv3.PermissionType(authpb.READWRITE))
+			return err
+		},
+		func() error {
+			_, err := root.UserAddWithOptions(ctx, "alice", "", &clientv3.UserAddOptions{NoPassword: true})
+			return err
+		},
+		func() error { _, err := root.UserGrantRole(ctx, "alice", "svc-a"); return err },
+		func() error { _, err := root.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.CatchUp(leader)
+	as := func(cn string) *clientv3.Client {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), TLS: ca.ClientConfig(ca.Issue(cn)),
+			DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return cli
+	}
+	if _, err := root.Put(ctx, "/svc/b/k", "v"); err != nil {
+		t.Fatalf("root by its certificate: %v", err)
+	}
+	alice := as("alice")
+	if _, err := alice.Put(ctx, "/svc/a/k", "v"); err != nil {
+		t.Fatalf("alice by her certificate writes her prefix: %v", err)
+	}
+	if _, err := alice.Get(ctx, "/svc/b/k"); !errors.Is(err, rpctypes.ErrPermissionDenied) {
+		t.Fatalf("alice by her certificate reads /svc/b/: %v, want permission denied", err)
+	}
+	if _, err := as("nobody").Get(ctx, "/svc/a/k"); !errors.Is(err, rpctypes.ErrUserEmpty) {
+		t.Fatalf("a certificate naming no user: %v, want user name is empty", err)
 	}
 }

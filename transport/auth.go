@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"net"
 
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/corenode/corenode/api/cachepb"
 	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/fsm"
 )
@@ -39,14 +41,17 @@ import (
 // writes carry the caller inside. The peer port must therefore be reachable
 // only by members (a private network, or --peer-client-cert-auth).
 
-// callerKey marks the context of a call that came in on a client port; its
-// value resolves who the call acts for, when asked.
+// callerKey marks the context of a call that came in on a client port:
+// who it acts for is resolved from the call's metadata only when asked,
+// and only while auth is enabled, so a cluster without auth pays one
+// context value per call.
 type callerKey struct{}
 
 type caller struct {
-	md metadata.MD
-	cn string // the verified client certificate's common name, if any
+	certAuth bool // --client-cert-auth: a verified certificate's CN is the user
 }
+
+var callers = [2]*caller{{certAuth: false}, {certAuth: true}}
 
 // rule is what a method needs, before its request is looked at.
 type rule int
@@ -101,35 +106,35 @@ var methodRules = map[string]rule{
 	// The Auth service's own: root is checked where they apply (UserGet
 	// and RoleGet let a user see itself and its roles), Authenticate needs
 	// no credentials.
-	"/etcdserverpb.Auth/Authenticate":                                ruleOpen,
-	"/etcdserverpb.Auth/AuthEnable":                                  ruleOpen,
-	"/etcdserverpb.Auth/AuthDisable":                                 ruleOpen,
-	"/etcdserverpb.Auth/AuthStatus":                                  ruleOpen,
-	"/etcdserverpb.Auth/UserAdd":                                     ruleOpen,
-	"/etcdserverpb.Auth/UserGet":                                     ruleOpen,
-	"/etcdserverpb.Auth/UserList":                                    ruleOpen,
-	"/etcdserverpb.Auth/UserDelete":                                  ruleOpen,
-	"/etcdserverpb.Auth/UserChangePassword":                          ruleOpen,
-	"/etcdserverpb.Auth/UserGrantRole":                               ruleOpen,
-	"/etcdserverpb.Auth/UserRevokeRole":                              ruleOpen,
-	"/etcdserverpb.Auth/RoleAdd":                                     ruleOpen,
-	"/etcdserverpb.Auth/RoleGet":                                     ruleOpen,
-	"/etcdserverpb.Auth/RoleList":                                    ruleOpen,
-	"/etcdserverpb.Auth/RoleDelete":                                  ruleOpen,
-	"/etcdserverpb.Auth/RoleGrantPermission":                         ruleOpen,
-	"/etcdserverpb.Auth/RoleRevokePermission":                        ruleOpen,
-	"/corenode.cache.v1.Cache/Session":                               ruleOpen, // each read is checked
-	"/grpc.health.v1.Health/Check":                                   ruleOpen,
-	"/grpc.health.v1.Health/Watch":                                   ruleOpen,
-	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      ruleOpen,
-	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": ruleOpen,
+	"/etcdserverpb.Auth/Authenticate":         ruleOpen,
+	"/etcdserverpb.Auth/AuthEnable":           ruleOpen,
+	"/etcdserverpb.Auth/AuthDisable":          ruleOpen,
+	"/etcdserverpb.Auth/AuthStatus":           ruleOpen,
+	"/etcdserverpb.Auth/UserAdd":              ruleOpen,
+	"/etcdserverpb.Auth/UserGet":              ruleOpen,
+	"/etcdserverpb.Auth/UserList":             ruleOpen,
+	"/etcdserverpb.Auth/UserDelete":           ruleOpen,
+	"/etcdserverpb.Auth/UserChangePassword":   ruleOpen,
+	"/etcdserverpb.Auth/UserGrantRole":        ruleOpen,
+	"/etcdserverpb.Auth/UserRevokeRole":       ruleOpen,
+	"/etcdserverpb.Auth/RoleAdd":              ruleOpen,
+	"/etcdserverpb.Auth/RoleGet":              ruleOpen,
+	"/etcdserverpb.Auth/RoleList":             ruleOpen,
+	"/etcdserverpb.Auth/RoleDelete":           ruleOpen,
+	"/etcdserverpb.Auth/RoleGrantPermission":  ruleOpen,
+	"/etcdserverpb.Auth/RoleRevokePermission": ruleOpen,
+	cachepb.Cache_Session_FullMethodName:      ruleOpen, // each read is checked
 }
 
 // AuthOptions returns the interceptors of the client port: they mark each
 // call as a client's and apply its method's rule. clientCertAuth makes a
 // verified certificate's common name the user of a call without a token.
 func (s *Server) AuthOptions(clientCertAuth bool) []grpc.ServerOption {
-	return []grpc.ServerOption{
+	var opts []grpc.ServerOption
+	if clientCertAuth {
+		opts = append(opts, grpc.Creds(tlsStateCreds{}))
+	}
+	return append(opts,
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			ctx = withCaller(ctx, clientCertAuth)
 			if err := s.authorizeMethod(ctx, info.FullMethod, req); err != nil {
@@ -144,8 +149,33 @@ func (s *Server) AuthOptions(clientCertAuth bool) []grpc.ServerOption {
 			}
 			return h(srv, &callerStream{ServerStream: ss, ctx: ctx})
 		}),
-	}
+	)
 }
+
+// tlsStateCreds hands gRPC the TLS state of a client connection. The client
+// mux terminates TLS (it serves HTTP on the same port), so gRPC itself sees
+// a plain connection and would know no certificate; with this, the peer's
+// AuthInfo holds the verified chains, as with gRPC's own TLS.
+type tlsStateCreds struct{}
+
+func (tlsStateCreds) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	if bc, ok := c.(*bufferedConn); ok {
+		if st, ok := bc.tlsState(); ok {
+			return c, credentials.TLSInfo{State: st, CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+		}
+	}
+	return c, nil, nil
+}
+
+func (tlsStateCreds) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("transport: tlsStateCreds serves only")
+}
+
+func (tlsStateCreds) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
+}
+func (tlsStateCreds) Clone() credentials.TransportCredentials { return tlsStateCreds{} }
+func (tlsStateCreds) OverrideServerName(string) error         { return nil }
 
 type callerStream struct {
 	grpc.ServerStream
@@ -155,10 +185,9 @@ type callerStream struct {
 func (c *callerStream) Context() context.Context { return c.ctx }
 
 func withCaller(ctx context.Context, clientCertAuth bool) context.Context {
-	md, _ := metadata.FromIncomingContext(ctx)
-	c := &caller{md: md}
+	c := callers[0]
 	if clientCertAuth {
-		c.cn = commonName(ctx)
+		c = callers[1]
 	}
 	return context.WithValue(ctx, callerKey{}, c)
 }
@@ -197,13 +226,15 @@ func (s *Server) caller(ctx context.Context) (ai auth.Info, checked bool, err er
 		return auth.Info{}, false, nil
 	}
 	for _, name := range []string{rpctypes.TokenFieldNameGRPC, rpctypes.TokenFieldNameSwagger} {
-		if v := c.md.Get(name); len(v) > 0 {
+		if v := metadata.ValueFromIncomingContext(ctx, name); len(v) > 0 {
 			ai, err := st.InfoFromToken(v[0])
 			return ai, true, err
 		}
 	}
-	if c.cn != "" {
-		return st.InfoFromCommonName(c.cn), true, nil
+	if c.certAuth {
+		if cn := commonName(ctx); cn != "" {
+			return st.InfoFromCommonName(cn), true, nil
+		}
 	}
 	return auth.Info{}, true, nil
 }

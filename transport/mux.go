@@ -110,6 +110,15 @@ type bufferedConn struct {
 
 func (b *bufferedConn) Read(p []byte) (int, error) { return b.r.Read(p) }
 
+// tlsState is the TLS connection's state, when the connection is one
+// (classification read from it, so its handshake is done).
+func (b *bufferedConn) tlsState() (tls.ConnectionState, bool) {
+	if tc, ok := b.Conn.(*tls.Conn); ok {
+		return tc.ConnectionState(), true
+	}
+	return tls.ConnectionState{}, false
+}
+
 // PeerMux splits the peer listener into the raft stream layer and the
 // member-to-member gRPC listener, and dials other members' peer ports.
 type PeerMux struct {
