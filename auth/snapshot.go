@@ -23,23 +23,24 @@ func (s *Store) Marshal() ([]byte, error) {
 		b[0] = 1
 	}
 	b = binary.AppendUvarint(b, st.revision)
-	b = binary.AppendUvarint(b, uint64(len(st.users)))
-	for _, name := range sortedKeys(st.users) {
-		m, err := st.users[name].Marshal()
-		if err != nil {
-			return nil, fmt.Errorf("auth: marshal user %q: %w", name, err)
-		}
-		b = binary.AppendUvarint(b, uint64(len(m)))
-		b = append(b, m...)
+	b, err := appendAll(b, "user", st.users)
+	if err != nil {
+		return nil, err
 	}
-	b = binary.AppendUvarint(b, uint64(len(st.roles)))
-	for _, name := range sortedKeys(st.roles) {
-		m, err := st.roles[name].Marshal()
+	return appendAll(b, "role", st.roles)
+}
+
+// appendAll appends the count of m, then each message in key order with
+// its length.
+func appendAll[M interface{ Marshal() ([]byte, error) }](b []byte, what string, m map[string]M) ([]byte, error) {
+	b = binary.AppendUvarint(b, uint64(len(m)))
+	for _, name := range sortedKeys(m) {
+		data, err := m[name].Marshal()
 		if err != nil {
-			return nil, fmt.Errorf("auth: marshal role %q: %w", name, err)
+			return nil, fmt.Errorf("auth: marshal %s %q: %w", what, name, err)
 		}
-		b = binary.AppendUvarint(b, uint64(len(m)))
-		b = append(b, m...)
+		b = binary.AppendUvarint(b, uint64(len(data)))
+		b = append(b, data...)
 	}
 	return b, nil
 }
@@ -58,65 +59,61 @@ func (s *Store) Restore(b []byte) error {
 
 var errBadState = errors.New("auth: bad snapshot section")
 
-func unmarshalState(b []byte) (*state, error) {
-	st := &state{users: map[string]*authpb.User{}, roles: map[string]*authpb.Role{}}
-	if len(b) < 1 || b[0] > 1 {
-		return nil, errBadState
+// section reads what Marshal appended, front to back.
+type section struct{ b []byte }
+
+func (r *section) uvarint() (uint64, error) {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		return 0, errBadState
 	}
-	st.enabled = b[0] == 1
-	b = b[1:]
-	next := func() (uint64, error) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, errBadState
-		}
-		b = b[n:]
-		return v, nil
-	}
-	item := func() ([]byte, error) {
-		n, err := next()
-		if err != nil || n > uint64(len(b)) {
-			return nil, errBadState
-		}
-		m := b[:n]
-		b = b[n:]
-		return m, nil
-	}
-	var err error
-	if st.revision, err = next(); err != nil {
-		return nil, err
-	}
-	n, err := next()
+	r.b = r.b[n:]
+	return v, nil
+}
+
+// readAll reads what appendAll wrote into fresh messages, keyed by name.
+func readAll[M any, PM interface {
+	*M
+	Unmarshal([]byte) error
+}](r *section, what string, name func(PM) string) (map[string]PM, error) {
+	count, err := r.uvarint()
 	if err != nil {
 		return nil, err
 	}
-	for i := uint64(0); i < n; i++ {
-		m, err := item()
-		if err != nil {
-			return nil, err
+	out := map[string]PM{}
+	for i := uint64(0); i < count; i++ {
+		n, err := r.uvarint()
+		if err != nil || n > uint64(len(r.b)) {
+			return nil, errBadState
 		}
-		u := &authpb.User{}
-		if err := u.Unmarshal(m); err != nil {
-			return nil, fmt.Errorf("%w: user: %v", errBadState, err)
+		m := PM(new(M))
+		if err := m.Unmarshal(r.b[:n]); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", errBadState, what, err)
 		}
-		st.users[string(u.Name)] = u
+		r.b = r.b[n:]
+		out[name(m)] = m
 	}
-	if n, err = next(); err != nil {
+	return out, nil
+}
+
+func unmarshalState(b []byte) (*state, error) {
+	if len(b) < 1 || b[0] > 1 {
+		return nil, errBadState
+	}
+	st := &state{enabled: b[0] == 1}
+	r := &section{b: b[1:]}
+	var err error
+	if st.revision, err = r.uvarint(); err != nil {
 		return nil, err
 	}
-	for i := uint64(0); i < n; i++ {
-		m, err := item()
-		if err != nil {
-			return nil, err
-		}
-		r := &authpb.Role{}
-		if err := r.Unmarshal(m); err != nil {
-			return nil, fmt.Errorf("%w: role: %v", errBadState, err)
-		}
-		st.roles[string(r.Name)] = r
+	if st.users, err = readAll(r, "user", func(u *authpb.User) string { return string(u.Name) }); err != nil {
+		return nil, err
 	}
-	if len(b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", errBadState, len(b))
+	if st.roles, err = readAll(r, "role", func(ro *authpb.Role) string { return string(ro.Name) }); err != nil {
+		return nil, err
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", errBadState, len(r.b))
 	}
 	st.perms = mergeAll(st.users, st.roles)
 	return st, nil

@@ -300,7 +300,10 @@ func TestTokensExpireAndAreDroppedOnChange(t *testing.T) {
 	}
 	// AuthDisable drops every token.
 	h.must(&pb.InternalRaftRequest{Header: as("root", h.s.Revision()), AuthDisable: &pb.AuthDisableRequest{}})
-	if n := h.s.tokens.len(); n != 0 {
+	h.s.tokens.mu.Lock()
+	n := len(h.s.tokens.byToken)
+	h.s.tokens.mu.Unlock()
+	if n != 0 {
 		t.Errorf("tokens after disable: %d", n)
 	}
 }

@@ -140,12 +140,6 @@ func (t *tokens) clear() {
 	clear(t.byToken)
 }
 
-func (t *tokens) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.byToken)
-}
-
 // InfoFromToken returns who a token acts for, at the current revision (a
 // simple token is dropped, not aged, when its user's credentials change).
 // It returns ErrInvalidAuthToken for a token this member does not know.
