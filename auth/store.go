@@ -13,9 +13,11 @@
 // that receives the request, never in Apply: a log entry carries a hash,
 // never a password, and applying it costs microseconds.
 //
-// Tokens (see tokens.go) are member-local, as etcd's simple tokens are:
-// each member learns them by applying the Authenticate entry, and forgets
-// them after the TTL, a restart, a password change or AuthDisable.
+// Simple tokens (see tokens.go) are member-local, as etcd's are: each
+// member learns them by applying the Authenticate entry, and forgets them
+// after the TTL, a restart, a password change or AuthDisable. JWTs (see
+// jwt.go) are signed and carry their user, revision and expiry, so any
+// member with the key verifies them without having seen the login.
 package auth
 
 import (
@@ -87,7 +89,7 @@ type state struct {
 // goroutine at any time.
 type Store struct {
 	cur    atomic.Pointer[state]
-	tokens *tokens
+	tokens tokenProvider
 	logins *logins
 	cost   int
 }
@@ -96,7 +98,11 @@ type Store struct {
 // sets token lifetime, clock and bcrypt cost; see Config.
 func New(cfg Config) *Store {
 	cfg = cfg.withDefaults()
-	s := &Store{tokens: newTokens(cfg.TokenTTL, cfg.Now), logins: newLogins(cfg.Now), cost: cfg.BcryptCost}
+	var tp tokenProvider = newTokens(cfg.TokenTTL, cfg.Now)
+	if cfg.Tokens.jwt != nil {
+		tp = &jwtTokens{jwtOptions: *cfg.Tokens.jwt, now: cfg.Now}
+	}
+	s := &Store{tokens: tp, logins: newLogins(cfg.Now), cost: cfg.BcryptCost}
 	// etcd's revisions start at 1, so that 0 can mean "no credentials".
 	s.cur.Store(&state{revision: 1, users: map[string]*authpb.User{}, roles: map[string]*authpb.Role{}, perms: map[string]*userPerms{}})
 	return s
@@ -204,8 +210,10 @@ func (s *Store) authenticate(st *state, r *pb.InternalAuthenticateRequest, check
 	if checkedAt != st.revision {
 		return nil, ErrAuthOldRevision
 	}
-	token := tokenFor(r.SimpleToken, index)
-	s.tokens.assign(token, r.Name)
+	token, err := s.tokens.issue(r.SimpleToken, index, r.Name, st.revision)
+	if err != nil {
+		return nil, err
+	}
 	return &pb.AuthenticateResponse{Header: &pb.ResponseHeader{}, Token: token}, nil
 }
 

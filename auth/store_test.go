@@ -28,9 +28,11 @@ type harness struct {
 	index uint64
 }
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T) *harness { return newHarnessWith(t, TokenKind{}) }
+
+func newHarnessWith(t *testing.T, kind TokenKind) *harness {
 	c := newClock()
-	return &harness{t: t, s: New(Config{Now: c.now, BcryptCost: bcrypt.MinCost, TokenTTL: time.Minute}), clock: c}
+	return &harness{t: t, s: New(Config{Tokens: kind, Now: c.now, BcryptCost: bcrypt.MinCost, TokenTTL: time.Minute}), clock: c}
 }
 
 func (h *harness) apply(r *pb.InternalRaftRequest) (any, error) {
@@ -59,19 +61,41 @@ func (h *harness) addUser(name, password string, hdr *pb.RequestHeader) {
 // login runs what the receiving member and the log do for Authenticate.
 func (h *harness) login(name, password string) (Info, error) {
 	h.t.Helper()
-	rev, err := h.s.Login(name, password)
+	token, err := h.token(name, password)
 	if err != nil {
 		return Info{}, err
+	}
+	return h.s.InfoFromToken(token)
+}
+
+// token is login's token.
+func (h *harness) token(name, password string) (string, error) {
+	h.t.Helper()
+	rev, err := h.s.Login(name, password)
+	if err != nil {
+		return "", err
 	}
 	resp, err := h.apply(&pb.InternalRaftRequest{Header: as("", rev), Authenticate: &pb.InternalAuthenticateRequest{Name: name, SimpleToken: "prefix"}})
 	if err != nil {
-		return Info{}, err
+		return "", err
 	}
-	return h.s.InfoFromToken(resp.(*pb.AuthenticateResponse).Token)
+	return resp.(*pb.AuthenticateResponse).Token, nil
 }
 
-// enableWithRoot is etcd's guide: add root, grant it root, enable.
+// enableWithRoot is etcd's guide: add root, grant it root, enable; then
+// root logs in.
 func (h *harness) enableWithRoot() Info {
+	h.t.Helper()
+	h.enable()
+	root, err := h.login("root", "rootpw")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return root
+}
+
+// enable is enableWithRoot without the login.
+func (h *harness) enable() {
 	h.t.Helper()
 	h.addUser("root", "rootpw", nil)
 	if _, err := h.apply(&pb.InternalRaftRequest{AuthEnable: &pb.AuthEnableRequest{}}); !errors.Is(err, ErrRootRoleNotExist) {
@@ -79,11 +103,6 @@ func (h *harness) enableWithRoot() Info {
 	}
 	h.must(&pb.InternalRaftRequest{AuthUserGrantRole: &pb.AuthUserGrantRoleRequest{User: "root", Role: RootRole}})
 	h.must(&pb.InternalRaftRequest{AuthEnable: &pb.AuthEnableRequest{}})
-	root, err := h.login("root", "rootpw")
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return root
 }
 
 func TestEnableNeedsRootUserWithRootRole(t *testing.T) {
@@ -300,9 +319,10 @@ func TestTokensExpireAndAreDroppedOnChange(t *testing.T) {
 	}
 	// AuthDisable drops every token.
 	h.must(&pb.InternalRaftRequest{Header: as("root", h.s.Revision()), AuthDisable: &pb.AuthDisableRequest{}})
-	h.s.tokens.mu.Lock()
-	n := len(h.s.tokens.byToken)
-	h.s.tokens.mu.Unlock()
+	simple := h.s.tokens.(*tokens)
+	simple.mu.Lock()
+	n := len(simple.byToken)
+	simple.mu.Unlock()
 	if n != 0 {
 		t.Errorf("tokens after disable: %d", n)
 	}

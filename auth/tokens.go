@@ -15,8 +15,14 @@ import (
 // Config sets a member's local auth behaviour; the replicated state is the
 // same on every member whatever it says.
 type Config struct {
+	// Tokens is the kind of token this member issues and accepts (etcd's
+	// --auth-token); the zero value is simple tokens. Every member of a
+	// cluster should have the same: a client's token is judged by whichever
+	// member it reaches.
+	Tokens TokenKind
 	// TokenTTL is how long a simple token stays valid after its last use
-	// (etcd's --auth-token-ttl). Zero means 300 s, as etcd.
+	// (etcd's --auth-token-ttl). Zero means 300 s, as etcd. A JWT carries
+	// its own expiry (the jwt option ttl).
 	TokenTTL time.Duration
 	// BcryptCost is the cost of password hashes made on this member
 	// (etcd's --bcrypt-cost). Zero means bcrypt.DefaultCost (10).
@@ -41,6 +47,23 @@ func (c Config) withDefaults() Config {
 
 // ValidBcryptCost reports whether cost is one bcrypt accepts.
 func ValidBcryptCost(cost int) bool { return cost >= bcrypt.MinCost && cost <= bcrypt.MaxCost }
+
+// tokenProvider issues and resolves one kind of token. Implementations
+// are safe for concurrent use: Apply issues and invalidates (one call at a
+// time, in log order) while any goroutine resolves.
+type tokenProvider interface {
+	// issue returns the token for user, logged in by the entry at index
+	// when the auth revision was rev; prefix is the random part the
+	// member that received the login chose.
+	issue(prefix string, index uint64, user string, rev uint64) (string, error)
+	// info resolves token; current is the auth revision now. ok is false
+	// for a token that is unknown, forged or expired.
+	info(token string, current uint64) (ai Info, ok bool)
+	// invalidateUser drops user's tokens (a password change, a deletion).
+	invalidateUser(user string)
+	// clear drops every token (AuthDisable).
+	clear()
+}
 
 // tokens are the simple tokens this member knows: issued by applying an
 // Authenticate entry (so every member knows every token), each valid until
@@ -81,6 +104,22 @@ func NewTokenPrefix() (string, error) {
 		b[i] = letters[int(b[i])%len(letters)]
 	}
 	return string(b), nil
+}
+
+func (t *tokens) issue(prefix string, index uint64, user string, _ uint64) (string, error) {
+	token := tokenFor(prefix, index)
+	t.assign(token, user)
+	return token, nil
+}
+
+// info resolves a simple token at the current revision: a simple token is
+// dropped, not aged, when its user's credentials change.
+func (t *tokens) info(token string, current uint64) (Info, bool) {
+	user, ok := t.lookup(token)
+	if !ok {
+		return Info{}, false
+	}
+	return Info{User: user, Revision: current}, true
 }
 
 func (t *tokens) assign(token, user string) {
@@ -140,16 +179,18 @@ func (t *tokens) clear() {
 	clear(t.byToken)
 }
 
-// InfoFromToken returns who a token acts for, at the current revision (a
-// simple token is dropped, not aged, when its user's credentials change).
-// It returns ErrInvalidAuthToken for a token this member does not know.
+// InfoFromToken returns who a token acts for and at which auth revision:
+// the current one for a simple token, the one it was issued at for a JWT
+// (so any auth change since makes it ErrAuthOldRevision, and clients log
+// in again, as with etcd). It returns ErrInvalidAuthToken for a token this
+// member does not know, cannot verify, or that has expired.
 func (s *Store) InfoFromToken(token string) (Info, error) {
 	token = strings.TrimPrefix(token, "Bearer ")
-	user, ok := s.tokens.lookup(token)
+	ai, ok := s.tokens.info(token, s.Revision())
 	if !ok {
 		return Info{}, ErrInvalidAuthToken
 	}
-	return Info{User: user, Revision: s.Revision()}, nil
+	return ai, nil
 }
 
 // InfoFromCommonName returns who a client certificate acts for (its

@@ -38,8 +38,15 @@ var matrixDifferences = map[string]string{
 // root) through a follower, so forwarded writes and reads carry the
 // caller, and compares each answer with etcd 3.6's (testdata/
 // authmatrix.golden, made by test/authmatrix against etcd v3.6.16).
+// It runs with simple tokens and with JWTs: etcd answers alike with
+// either.
 func TestAuthMatrixMatchesEtcd(t *testing.T) {
-	c := membertest.New(t, 3, cheapBcrypt)
+	t.Run("simple", func(t *testing.T) { testAuthMatrix(t) })
+	t.Run("jwt", func(t *testing.T) { testAuthMatrix(t, membertest.WithJWT(t)) })
+}
+
+func testAuthMatrix(t *testing.T, opts ...membertest.Option) {
+	c := membertest.New(t, 3, append(opts, cheapBcrypt)...)
 	defer c.Close()
 	leader := c.WaitLeader()
 	follower := (leader + 1) % 3
@@ -212,6 +219,78 @@ func TestAuthTokenInvalidation(t *testing.T) {
 		if err := get(ctx, "/svc/a/k"); !errors.Is(err, rpctypes.ErrGRPCInvalidAuthToken) {
 			t.Errorf("%s's token after disable and enable: %v, want invalid auth token", who, err)
 		}
+	}
+}
+
+// TestJWTTokens: with --auth-token jwt a token is verified, not looked
+// up, so it outlives a whole-cluster restart (a simple token does not);
+// it carries the auth revision it was issued at, so any auth change
+// retires it with etcd's "revision in header is old", which clientv3
+// answers by logging in again.
+func TestJWTTokens(t *testing.T) {
+	c := membertest.New(t, 3, cheapBcrypt, membertest.WithJWT(t))
+	defer c.Close()
+	leader := c.WaitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if _, _, err := authmatrix.Setup(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cli := c.Client(leader)
+	resp, err := cli.Auth.Authenticate(ctx, "alice", "pw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(resp.Token, ".") != 2 {
+		t.Fatalf("token %q is not a JWT", resp.Token)
+	}
+	cli.Close()
+	for i := range c.Members {
+		c.Stop(i)
+	}
+	for i := range c.Members {
+		c.Restart(i)
+	}
+	leader = c.WaitLeader()
+	other := c.Client((leader + 1) % 3)
+	defer other.Close()
+	asAlice := metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, resp.Token)
+	kv := pb.NewKVClient(other.ActiveConnection())
+	if _, err := kv.Put(asAlice, &pb.PutRequest{Key: []byte("/svc/a/k"), Value: []byte("v")}); err != nil {
+		t.Fatalf("alice's token after a whole-cluster restart: %v", err)
+	}
+	if _, err := kv.Range(asAlice, &pb.RangeRequest{Key: []byte("/svc/b/k")}); !errors.Is(err, rpctypes.ErrGRPCPermissionDenied) {
+		t.Fatalf("alice reads /svc/b/: %v, want permission denied", err)
+	}
+
+	// A client that logs in itself carries on across an auth change.
+	acfg := cfg
+	acfg.Username, acfg.Password = "alice", "pw"
+	acli, err := clientv3.New(acfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer acli.Close()
+	if _, err := acli.Put(ctx, "/svc/a/k", "1"); err != nil {
+		t.Fatal(err)
+	}
+	rcfg := cfg
+	rcfg.Username, rcfg.Password = "root", "rootpw"
+	rcli, err := clientv3.New(rcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rcli.Close()
+	if _, err := rcli.UserAdd(ctx, "carol", "pw"); err != nil {
+		t.Fatal(err)
+	}
+	c.CatchUp(leader)
+	if _, err := kv.Range(asAlice, &pb.RangeRequest{Key: []byte("/svc/a/k")}); !errors.Is(err, rpctypes.ErrGRPCAuthOldRevision) {
+		t.Fatalf("a token from before an auth change: %v, want revision in header is old", err)
+	}
+	if _, err := acli.Put(ctx, "/svc/a/k", "2"); err != nil {
+		t.Fatalf("clientv3 after an auth change: %v", err)
 	}
 }
 

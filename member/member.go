@@ -104,6 +104,9 @@ type Config struct {
 	// name is the user of a call without a token, as in etcd.
 	AuthTokenTTL time.Duration
 	BcryptCost   int
+	// AuthTokens is etcd's --auth-token, parsed: simple tokens (the zero
+	// value) or JWTs. Give every member the same.
+	AuthTokens auth.TokenKind
 
 	// CorruptCheckTime is how often the leader compares the members' hashes
 	// of the key space and raises CORRUPT for one that differs from the
@@ -352,7 +355,7 @@ func Start(cfg Config) (*Member, error) {
 		Logger:            logger,
 		RaftLog:           cfg.RaftLog,
 		Metrics:           cfg.Metrics,
-		Auth:              auth.New(auth.Config{TokenTTL: cfg.AuthTokenTTL, BcryptCost: cfg.BcryptCost}),
+		Auth:              auth.New(auth.Config{Tokens: cfg.AuthTokens, TokenTTL: cfg.AuthTokenTTL, BcryptCost: cfg.BcryptCost}),
 	})
 	if err != nil {
 		return nil, err
@@ -443,7 +446,7 @@ func Start(cfg Config) (*Member, error) {
 	}()
 	ok = true
 	logger.Info("serving", "client", m.ClientAddrs(), "peer", peerLn.Addr().String(), "data-dir", cfg.DataDir, "log-store", m.node.LogStore(),
-		"id", fmt.Sprintf("%x", m.node.ID()))
+		"auth-token", cfg.AuthTokens.String(), "id", fmt.Sprintf("%x", m.node.ID()))
 	return m, nil
 }
 

@@ -78,6 +78,7 @@ type options struct {
 	readLease                                  time.Duration
 	readLeaseMaxKeys, readLeaseMaxHolders      int
 	authToken                                  string
+	authTokens                                 auth.TokenKind
 	authTokenTTL, bcryptCost                   int
 }
 
@@ -112,7 +113,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.DurationVar(&o.readLease, "read-lease-duration", member.DefaultReadLeaseDuration, "read lease the leader grants to client/cache sessions: longer serves more reads from memory, and makes a write to a key whose holder died wait longer (at most this long); 0 grants none")
 	fs.IntVar(&o.readLeaseMaxKeys, "read-lease-max-keys", member.DefaultReadLeaseMaxKeys, "read leases the leader holds at once, over every key and holder; past it, reads are answered without a lease")
 	fs.IntVar(&o.readLeaseMaxHolders, "read-lease-max-holders-per-key", member.DefaultReadLeaseMaxHoldersPerKey, "read-lease holders of one key; past it, reads of the key are answered without a lease")
-	fs.StringVar(&o.authToken, "auth-token", "simple", "auth token kind: simple (as etcd's default; tokens live on the members, each valid --auth-token-ttl after its last use); jwt is not built yet")
+	fs.StringVar(&o.authToken, "auth-token", "simple", "auth tokens, as etcd: simple (the default; tokens live on the members, each valid --auth-token-ttl after its last use) or jwt,sign-method=ALG,priv-key=FILE[,pub-key=FILE][,ttl=5m] (signed tokens any member verifies; pub-key alone verifies without issuing)")
 	fs.IntVar(&o.authTokenTTL, "auth-token-ttl", 300, "seconds a simple auth token stays valid after its last use")
 	fs.IntVar(&o.bcryptCost, "bcrypt-cost", 10, "bcrypt cost of the password hashes this member makes (4 to 31)")
 	fs.StringVar(&o.clientTLS.CertFile, "cert-file", "", "path to the client server TLS cert file (for https:// client URLs)")
@@ -204,12 +205,11 @@ func run(args []string) error {
 	if o.readLeaseMaxKeys <= 0 || o.readLeaseMaxHolders <= 0 {
 		return fmt.Errorf("--read-lease-max-keys (%d) and --read-lease-max-holders-per-key (%d) must be positive", o.readLeaseMaxKeys, o.readLeaseMaxHolders)
 	}
-	if kind, _, _ := strings.Cut(o.authToken, ","); kind != "simple" {
-		if kind == "jwt" {
-			return errors.New("--auth-token jwt is not supported yet; use simple (the default)")
-		}
-		return fmt.Errorf("--auth-token %q: want simple", o.authToken)
+	tokens, err := auth.ParseTokenKind(o.authToken)
+	if err != nil {
+		return err
 	}
+	o.authTokens = tokens
 	if o.authTokenTTL <= 0 {
 		return fmt.Errorf("--auth-token-ttl (%d) must be positive", o.authTokenTTL)
 	}
@@ -250,6 +250,7 @@ func run(args []string) error {
 		LeaseBatch:                o.leaseBatch,
 		WatchProgressNotify:       o.watchProgressNotify,
 		QuotaBackendBytes:         o.quotaBackendBytes,
+		AuthTokens:                o.authTokens,
 		AuthTokenTTL:              time.Duration(o.authTokenTTL) * time.Second,
 		BcryptCost:                o.bcryptCost,
 		CorruptCheckTime:          o.corruptCheck,

@@ -15,6 +15,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/corenode/corenode/auth"
+	"github.com/corenode/corenode/member"
 )
 
 // CA is a throwaway certificate authority for TLS tests: tests make their
@@ -111,4 +114,27 @@ func (ca *CA) write(name, kind string, der []byte) string {
 		ca.t.Fatal(err)
 	}
 	return p
+}
+
+// WithJWT gives every member the same fresh ES256 key pair as etcd's
+// --auth-token jwt: tokens any member verifies, none stores.
+func WithJWT(t testing.TB) Option {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "jwt.pem")
+	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kind, err := auth.ParseTokenKind("jwt,sign-method=ES256,priv-key=" + p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return WithConfig(func(_ int, cfg *member.Config) { cfg.AuthTokens = kind })
 }
