@@ -22,6 +22,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -76,6 +77,7 @@ type config struct {
 	CacheWriters int           `json:"cache_writers"`
 	CacheKeys    int           `json:"cache_keys"`
 	ReadLease    time.Duration `json:"read_lease"`
+	Auth         string        `json:"auth"`
 	Check        string        `json:"-"`
 	LogLevel     string        `json:"-"`
 }
@@ -108,6 +110,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.CacheWriters, "cache-writers", 2, "writers of the cached-read workload's keys (KV puts)")
 	fs.IntVar(&c.CacheKeys, "cache-keys", 3, "keys of the cached-read workload in use at once")
 	fs.DurationVar(&c.ReadLease, "read-lease", time.Second, "the members' --read-lease-duration (local processes; -docker runs the image's default, "+cluster.DefaultSettings.ReadLease().String()+")")
+	fs.StringVar(&c.Auth, "auth", "", "turn auth on once the cluster is healthy and run every client as a user with readwrite on all keys (the nemesis as root): \"simple\" or \"jwt\" tokens (jwt: local processes only); \"\" for none")
 	fs.BoolVar(&c.RequireAll, "require-all-faults", false, "fail the run unless every selected fault was injected at least once")
 	fs.StringVar(&c.Check, "check", "", "re-check the history saved in this -out directory, without running a cluster")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
@@ -131,6 +134,12 @@ func parseFlags(args []string) (*config, error) {
 	}
 	if c.ReadLease < 200*time.Millisecond {
 		return nil, fmt.Errorf("-read-lease %v: at least 200ms (the cache's drift margin is 1%% of it plus 50ms)", c.ReadLease)
+	}
+	switch {
+	case c.Auth != "" && c.Auth != "simple" && c.Auth != "jwt":
+		return nil, fmt.Errorf("-auth %q: simple, jwt or empty", c.Auth)
+	case c.Auth == "jwt" && c.Docker:
+		return nil, errors.New("-auth jwt: local processes only (the compose deployment has no key to sign with)")
 	}
 	if _, err := holderModes(c.HolderModes); err != nil {
 		return nil, err

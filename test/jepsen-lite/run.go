@@ -101,7 +101,7 @@ func (r *runner) saveConfig() error {
 // run is the whole run; it returns the exit status.
 func (r *runner) run(ctx context.Context) int {
 	cfg := r.cfg
-	r.log.Info("jepsen-lite", "members", cfg.Members, "seed", cfg.Seed, "duration", cfg.Duration, "faults", cfg.Faults, "out", cfg.Out, "docker", cfg.Docker)
+	r.log.Info("jepsen-lite", "members", cfg.Members, "seed", cfg.Seed, "duration", cfg.Duration, "faults", cfg.Faults, "out", cfg.Out, "docker", cfg.Docker, "auth", cfg.Auth)
 	if err := r.saveConfig(); err != nil {
 		r.harnessErr("%v", err)
 		return r.finish(nil, nil)
@@ -124,6 +124,11 @@ func (r *runner) run(ctx context.Context) int {
 	r.setCluster(cl)
 	defer cl.Close()
 
+	if cfg.Auth != "" {
+		// Before the first client, so that every client, here and in the
+		// processes started below, logs in.
+		os.Setenv(cluster.AuthEnv, cluster.WorkloadUser+":"+cluster.WorkloadPassword)
+	}
 	n := cl.Size()
 	endpoints := make([]string, n)
 	pinned := make([]*clientv3.Client, n)
@@ -146,6 +151,17 @@ func (r *runner) run(ctx context.Context) int {
 		return r.finish(rec, cl)
 	}
 	r.log.Info("cluster healthy", "endpoints", endpoints, "after", time.Since(r.started).Round(time.Millisecond))
+	// The nemesis moves the leader, which only root may.
+	admin := pinned
+	if cfg.Auth != "" {
+		if admin, err = r.enableAuth(ctx, endpoints); err != nil {
+			r.harnessErr("%v", err)
+			return r.finish(rec, cl)
+		}
+		for _, c := range admin {
+			defer c.Close()
+		}
+	}
 
 	env := workload.NewEnv(rec, r.log, cfg.OpTimeout, pinned, all)
 	// The holders start first: each mode needs a leader before the first
@@ -180,7 +196,7 @@ func (r *runner) run(ctx context.Context) int {
 	if compact {
 		quietMin, quietMax = 700*time.Millisecond, 1100*time.Millisecond
 	}
-	nem := nemesis.New(cl, pinned, endpoints, rec, r.log, nemesis.Config{
+	nem := nemesis.New(cl, admin, endpoints, rec, r.log, nemesis.Config{
 		Kinds: kinds, Seed: cfg.Seed,
 		Election: time.Duration(cluster.DefaultSettings.ElectionMS) * time.Millisecond,
 		MaxTTL:   time.Duration(cfg.MaxTTL) * time.Second,
@@ -384,6 +400,12 @@ func (r *runner) startCluster(ctx context.Context) (cluster.Cluster, error) {
 	}
 	settings := cluster.DefaultSettings
 	settings.ReadLeaseMS = int(cfg.ReadLease.Milliseconds())
+	if cfg.Auth == "jwt" {
+		if settings.AuthToken, err = cluster.JWTFlag(cfg.Out); err != nil {
+			os.RemoveAll(data)
+			return nil, err
+		}
+	}
 	c, err := cluster.StartProcesses(ctx, cluster.ProcessConfig{
 		Binary: bin, Members: cfg.Members, DataDir: data, LogDir: cfg.Out,
 		Settings: settings, Seed: cfg.Seed, Log: r.log,
@@ -393,6 +415,32 @@ func (r *runner) startCluster(ctx context.Context) (cluster.Cluster, error) {
 		return nil, err
 	}
 	return &removeOnClose{Cluster: c, dir: data}, nil
+}
+
+// enableAuth turns auth on as an operator would, through a client that
+// has not logged in, and returns one root client per member.
+func (r *runner) enableAuth(ctx context.Context, endpoints []string) ([]*clientv3.Client, error) {
+	cli, err := cluster.NewClientAs(endpoints, "", "")
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := cluster.EnableAuth(actx, cli); err != nil {
+		return nil, err
+	}
+	admin := make([]*clientv3.Client, len(endpoints))
+	for i, ep := range endpoints {
+		if admin[i], err = cluster.NewClientAs([]string{ep}, cluster.RootUser, cluster.RootPassword); err != nil {
+			for _, c := range admin[:i] {
+				c.Close()
+			}
+			return nil, err
+		}
+	}
+	r.log.Info("auth enabled", "tokens", r.cfg.Auth, "clients as", cluster.WorkloadUser)
+	return admin, nil
 }
 
 // removeOnClose deletes the members' data once they are stopped.

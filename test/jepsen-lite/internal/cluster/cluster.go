@@ -77,6 +77,8 @@ type Settings struct {
 	// ReadLeaseMS is --read-lease-duration, the read lease the leader
 	// grants to client/cache sessions, in ms (0: the flag is not passed).
 	ReadLeaseMS int
+	// AuthToken is --auth-token ("": the flag is not passed).
+	AuthToken string
 }
 
 // DefaultSettings are corenode's defaults, passed explicitly so that a
@@ -96,6 +98,9 @@ func (s Settings) flags() []string {
 	if s.ReadLeaseMS > 0 {
 		f = append(f, "--read-lease-duration", fmt.Sprintf("%dms", s.ReadLeaseMS))
 	}
+	if s.AuthToken != "" {
+		f = append(f, "--auth-token", s.AuthToken)
+	}
 	return f
 }
 
@@ -103,8 +108,15 @@ func (s Settings) flags() []string {
 func (s Settings) ReadLease() time.Duration { return time.Duration(s.ReadLeaseMS) * time.Millisecond }
 
 // NewClient is a clientv3 client for the given endpoints with the logging
-// of its retries silenced (the history records what matters).
+// of its retries silenced (the history records what matters). It logs in
+// as AuthEnv says, if it says.
 func NewClient(endpoints []string) (*clientv3.Client, error) {
+	user, password := credentials()
+	return NewClientAs(endpoints, user, password)
+}
+
+// NewClientAs is NewClient logged in as user ("" for nobody).
+func NewClientAs(endpoints []string, user, password string) (*clientv3.Client, error) {
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 2 * time.Second,
@@ -113,6 +125,8 @@ func NewClient(endpoints []string) (*clientv3.Client, error) {
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 3 * time.Second,
 		Logger:               zap.NewNop(),
+		Username:             user,
+		Password:             password,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: client for %v: %w", endpoints, err)
