@@ -295,7 +295,7 @@ func (f *FSM) applyCommand(l *raft.Log) Result {
 	case OpLeaseRevoke:
 		id := cmd.Msg.(*pb.LeaseRevokeRequest).ID
 		if !f.leases.Exists(id) {
-			return Result{Err: rpctypes.ErrGRPCLeaseNotFound}
+			return Result{Err: lease.ErrLeaseNotFound}
 		}
 		return Result{Resp: &pb.LeaseRevokeResponse{Header: &pb.ResponseHeader{Revision: f.revoke(id)}}}
 	case OpLeaseExpire:

@@ -11,6 +11,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/corenode/corenode/kv"
 	"github.com/corenode/corenode/lease"
 )
 
@@ -29,13 +30,13 @@ func apply(t *testing.T, f *FSM, op Op, msg Message) Result {
 
 func TestApplyValidatesLeasesAtApply(t *testing.T) {
 	f := New(nil, nil, nil)
-	if r := apply(t, f, OpPut, &pb.PutRequest{Key: []byte("k"), Lease: 7}); !errors.Is(r.Err, rpctypes.ErrGRPCLeaseNotFound) {
+	if r := apply(t, f, OpPut, &pb.PutRequest{Key: []byte("k"), Lease: 7}); !errors.Is(r.Err, kv.ErrLeaseNotFound) {
 		t.Fatalf("put to a missing lease: %v", r.Err)
 	}
 	if r := apply(t, f, OpLeaseGrant, &pb.LeaseGrantRequest{ID: 7, TTL: 10}); r.Err != nil {
 		t.Fatal(r.Err)
 	}
-	if r := apply(t, f, OpLeaseGrant, &pb.LeaseGrantRequest{ID: 7, TTL: 10}); !errors.Is(r.Err, rpctypes.ErrGRPCLeaseExist) {
+	if r := apply(t, f, OpLeaseGrant, &pb.LeaseGrantRequest{ID: 7, TTL: 10}); !errors.Is(r.Err, lease.ErrLeaseExists) {
 		t.Fatalf("second grant of one ID: %v", r.Err)
 	}
 	apply(t, f, OpPut, &pb.PutRequest{Key: []byte("k"), Lease: 7})

@@ -20,8 +20,6 @@ import (
 	"slices"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-
 	"github.com/corenode/corenode/kv"
 )
 
@@ -117,7 +115,7 @@ func (k *Checker) Check(ctx context.Context) ([]uint64, error) {
 		return nil, nil
 	}
 	own, err := k.c.LocalHash(rev)
-	if errors.Is(err, rpctypes.ErrGRPCCompacted) {
+	if errors.Is(err, kv.ErrCompacted) {
 		return nil, nil // compacted since the last round; the next compares
 	}
 	if err != nil {

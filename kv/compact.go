@@ -4,7 +4,6 @@ import (
 	"slices"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // Compact drops the history before rev: each key keeps its newest record at
@@ -14,10 +13,10 @@ func (s *Store) Compact(rev int64) (*pb.CompactionResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if rev <= s.compactRev {
-		return nil, rpctypes.ErrGRPCCompacted
+		return nil, ErrCompacted
 	}
 	if rev > s.rev {
-		return nil, rpctypes.ErrGRPCFutureRev
+		return nil, ErrFutureRev
 	}
 	split := countUpTo(s.log, rev)
 	old, suffix := s.log[:split], s.log[split:]

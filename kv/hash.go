@@ -2,8 +2,6 @@ package kv
 
 import (
 	"hash/crc32"
-
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // KVHash is what HashKV answers: a checksum of the key space at a revision.
@@ -34,10 +32,10 @@ func (s *Store) HashKV(rev int64) (KVHash, error) {
 		rev = sn.rev
 	}
 	if rev < sn.compactRev {
-		return KVHash{}, rpctypes.ErrGRPCCompacted
+		return KVHash{}, ErrCompacted
 	}
 	if rev > sn.rev {
-		return KVHash{}, rpctypes.ErrGRPCFutureRev
+		return KVHash{}, ErrFutureRev
 	}
 	h := crc32.New(crcTable)
 	var b []byte

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"testing"
-
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 func hashKV(t *testing.T, s *Store, rev int64) KVHash {
@@ -37,7 +35,7 @@ func TestHashKV(t *testing.T) {
 	if hashKV(t, a, 3) != at3 {
 		t.Fatal("a later write changed the hash at revision 3")
 	}
-	if _, err := a.HashKV(6); !errors.Is(err, rpctypes.ErrGRPCFutureRev) {
+	if _, err := a.HashKV(6); !errors.Is(err, ErrFutureRev) {
 		t.Fatalf("HashKV past the store's revision: %v", err)
 	}
 
@@ -58,7 +56,7 @@ func TestHashKV(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := a.HashKV(3); !errors.Is(err, rpctypes.ErrGRPCCompacted) {
+	if _, err := a.HashKV(3); !errors.Is(err, ErrCompacted) {
 		t.Fatalf("HashKV before the compaction point: %v", err)
 	}
 	ha := hashKV(t, a, 0)

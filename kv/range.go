@@ -8,7 +8,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // latestRev asks a read for the newest version of every key, including the
@@ -35,13 +34,13 @@ func (s *Store) Range(r *pb.RangeRequest) (*pb.RangeResponse, error) {
 // before forwarding so a bad request never leaves the member.
 func CheckRange(r *pb.RangeRequest) error {
 	if r == nil || len(r.Key) == 0 {
-		return rpctypes.ErrGRPCEmptyKey
+		return ErrEmptyKey
 	}
 	if _, ok := pb.RangeRequest_SortOrder_name[int32(r.SortOrder)]; !ok {
-		return rpctypes.ErrGRPCInvalidSortOption
+		return ErrInvalidSortOption
 	}
 	if _, ok := pb.RangeRequest_SortTarget_name[int32(r.SortTarget)]; !ok {
-		return rpctypes.ErrGRPCInvalidSortOption
+		return ErrInvalidSortOption
 	}
 	return nil
 }
@@ -53,9 +52,9 @@ func (s *Store) checkRangeRev(rev int64) error {
 	case rev <= 0:
 		return nil
 	case rev > s.rev:
-		return rpctypes.ErrGRPCFutureRev
+		return ErrFutureRev
 	case rev < s.compactRev:
-		return rpctypes.ErrGRPCCompacted
+		return ErrCompacted
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // rangeFixture builds, at revisions 2..11:
@@ -142,11 +141,11 @@ func TestRangeErrors(t *testing.T) {
 		req  *pb.RangeRequest
 		err  error
 	}{
-		{"empty key", &pb.RangeRequest{}, rpctypes.ErrGRPCEmptyKey},
-		{"future", &pb.RangeRequest{Key: []byte("a"), Revision: 12}, rpctypes.ErrGRPCFutureRev},
-		{"compacted", &pb.RangeRequest{Key: []byte("a"), Revision: 4}, rpctypes.ErrGRPCCompacted},
-		{"bad sort order", &pb.RangeRequest{Key: []byte("a"), SortOrder: 7}, rpctypes.ErrGRPCInvalidSortOption},
-		{"bad sort target", &pb.RangeRequest{Key: []byte("a"), SortTarget: 9}, rpctypes.ErrGRPCInvalidSortOption},
+		{"empty key", &pb.RangeRequest{}, ErrEmptyKey},
+		{"future", &pb.RangeRequest{Key: []byte("a"), Revision: 12}, ErrFutureRev},
+		{"compacted", &pb.RangeRequest{Key: []byte("a"), Revision: 4}, ErrCompacted},
+		{"bad sort order", &pb.RangeRequest{Key: []byte("a"), SortOrder: 7}, ErrInvalidSortOption},
+		{"bad sort target", &pb.RangeRequest{Key: []byte("a"), SortTarget: 9}, ErrInvalidSortOption},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 // Options configures a Store.
 type Options struct {
 	// LeaseExists reports whether a lease is granted. Put and Txn put ops with a nonzero lease
-	// fail with rpctypes.ErrGRPCLeaseNotFound when it returns false. nil means no lease exists.
+	// fail with ErrLeaseNotFound when it returns false. nil means no lease exists.
 	// Called with the store's write lock held; must not call back into the Store.
 	LeaseExists func(id int64) bool
 }

@@ -7,7 +7,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // Txn runs a transaction all or nothing. As in etcd, every compare (nested
@@ -59,7 +58,7 @@ func nestedTxn(v *pb.RequestOp_RequestTxn) *pb.TxnRequest {
 func checkTxn(t *pb.TxnRequest) error {
 	for _, c := range t.Compare {
 		if c == nil || len(c.Key) == 0 {
-			return rpctypes.ErrGRPCEmptyKey
+			return ErrEmptyKey
 		}
 	}
 	for _, ops := range [2][]*pb.RequestOp{t.Success, t.Failure} {
@@ -80,7 +79,7 @@ func checkOp(op *pb.RequestOp) error {
 		return checkPut(v.RequestPut)
 	case *pb.RequestOp_RequestDeleteRange:
 		if v.RequestDeleteRange == nil || len(v.RequestDeleteRange.Key) == 0 {
-			return rpctypes.ErrGRPCEmptyKey
+			return ErrEmptyKey
 		}
 	case *pb.RequestOp_RequestTxn:
 		return checkTxn(nestedTxn(v))
@@ -154,14 +153,14 @@ func checkIntervals(ops []*pb.RequestOp) ([]taggedKey, []taggedSpan, error) {
 	slices.SortStableFunc(puts, func(a, b taggedKey) int { return bytes.Compare(a.key, b.key) })
 	for i := 1; i < len(puts); i++ {
 		if puts[i].unit != puts[i-1].unit && bytes.Equal(puts[i].key, puts[i-1].key) {
-			return nil, nil, rpctypes.ErrGRPCDuplicateKey
+			return nil, nil, ErrDuplicateKey
 		}
 	}
 	for _, d := range dels {
 		i, _ := slices.BinarySearchFunc(puts, d.sp.key, func(p taggedKey, k []byte) int { return bytes.Compare(p.key, k) })
 		for ; i < len(puts) && d.sp.contains(puts[i].key); i++ {
 			if puts[i].unit != d.unit {
-				return nil, nil, rpctypes.ErrGRPCDuplicateKey
+				return nil, nil, ErrDuplicateKey
 			}
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 func opPut(key, val string) *pb.RequestOp {
@@ -263,36 +262,36 @@ func TestTxnAtomicFailure(t *testing.T) {
 			opPut("a", "new"),
 			opPutReq(&pb.PutRequest{Key: []byte("b"), Value: []byte("new"), Lease: 99}),
 			opDel("c", ""),
-		}}, rpctypes.ErrGRPCLeaseNotFound},
+		}}, ErrLeaseNotFound},
 		{"lease not found nested", &pb.TxnRequest{Success: []*pb.RequestOp{
 			opPut("a", "new"),
 			opTxn(&pb.TxnRequest{Success: []*pb.RequestOp{opPutReq(&pb.PutRequest{Key: []byte("b"), Lease: 99})}}),
-		}}, rpctypes.ErrGRPCLeaseNotFound},
+		}}, ErrLeaseNotFound},
 		{"ignore value on missing key", &pb.TxnRequest{Success: []*pb.RequestOp{
 			opDel("c", ""),
 			opPutReq(&pb.PutRequest{Key: []byte("nope"), IgnoreValue: true}),
-		}}, rpctypes.ErrGRPCKeyNotFound},
+		}}, ErrKeyNotFound},
 		{"ignore lease on missing key", &pb.TxnRequest{Success: []*pb.RequestOp{
 			opPut("a", "new"),
 			opPutReq(&pb.PutRequest{Key: []byte("nope"), IgnoreLease: true}),
-		}}, rpctypes.ErrGRPCKeyNotFound},
+		}}, ErrKeyNotFound},
 		{"future range revision", &pb.TxnRequest{Success: []*pb.RequestOp{
 			opPut("a", "new"),
 			{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a"), Revision: 5}}},
-		}}, rpctypes.ErrGRPCFutureRev},
+		}}, ErrFutureRev},
 		{"value provided", &pb.TxnRequest{Success: []*pb.RequestOp{
 			opPut("a", "new"),
 			opPutReq(&pb.PutRequest{Key: []byte("b"), Value: []byte("x"), IgnoreValue: true}),
-		}}, rpctypes.ErrGRPCValueProvided},
+		}}, ErrValueProvided},
 		{"lease provided in unused branch", &pb.TxnRequest{
 			Success: []*pb.RequestOp{opPut("a", "new")},
 			Failure: []*pb.RequestOp{opPutReq(&pb.PutRequest{Key: []byte("b"), Lease: 1, IgnoreLease: true})},
-		}, rpctypes.ErrGRPCLeaseProvided},
-		{"empty key op", &pb.TxnRequest{Success: []*pb.RequestOp{opPut("a", "new"), opPut("", "x")}}, rpctypes.ErrGRPCEmptyKey},
-		{"empty key delete", &pb.TxnRequest{Success: []*pb.RequestOp{opDel("", "")}}, rpctypes.ErrGRPCEmptyKey},
-		{"empty key compare", &pb.TxnRequest{Compare: []*pb.Compare{{}}, Success: []*pb.RequestOp{opPut("a", "new")}}, rpctypes.ErrGRPCEmptyKey},
-		{"nil put", &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{}}}}, rpctypes.ErrGRPCEmptyKey},
-		{"bad sort in range op", &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a"), SortOrder: 9}}}}}, rpctypes.ErrGRPCInvalidSortOption},
+		}, ErrLeaseProvided},
+		{"empty key op", &pb.TxnRequest{Success: []*pb.RequestOp{opPut("a", "new"), opPut("", "x")}}, ErrEmptyKey},
+		{"empty key delete", &pb.TxnRequest{Success: []*pb.RequestOp{opDel("", "")}}, ErrEmptyKey},
+		{"empty key compare", &pb.TxnRequest{Compare: []*pb.Compare{{}}, Success: []*pb.RequestOp{opPut("a", "new")}}, ErrEmptyKey},
+		{"nil put", &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestPut{}}}}, ErrEmptyKey},
+		{"bad sort in range op", &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a"), SortOrder: 9}}}}}, ErrInvalidSortOption},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -377,7 +376,7 @@ func TestTxnDuplicateKey(t *testing.T) {
 				}
 				_, err := s.Txn(txn)
 				if tt.dup {
-					wantErr(t, err, rpctypes.ErrGRPCDuplicateKey)
+					wantErr(t, err, ErrDuplicateKey)
 					if s.Rev() != 2 {
 						t.Errorf("rev moved to %d", s.Rev())
 					}
@@ -398,7 +397,7 @@ func TestTxnCompacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := s.Txn(&pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a"), Revision: 2}}}}})
-	wantErr(t, err, rpctypes.ErrGRPCCompacted)
+	wantErr(t, err, ErrCompacted)
 	resp, err := s.Txn(&pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("a"), Revision: 3}}}}})
 	if err != nil {
 		t.Fatal(err)

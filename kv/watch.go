@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // ErrEmptyWatcherRange is etcd's refusal of a watch whose range end is not
@@ -27,7 +26,7 @@ func ValidateWatch(key, rangeEnd []byte, startRev int64) error {
 		return ErrEmptyWatcherRange
 	}
 	if startRev < 0 {
-		return rpctypes.ErrGRPCCompacted
+		return ErrCompacted
 	}
 	return nil
 }
@@ -173,7 +172,7 @@ func (h *hub) get(sink Sink, id WatchID) *watcher {
 // Watch registers a watcher and, atomically with respect to writes, delivers to the sink every
 // historical event with revision >= StartRev (grouped per revision, in order), so that live events
 // follow with no gap and no repeat. If StartRev > 0 and StartRev <= CompactRev() it returns
-// rpctypes.ErrGRPCCompacted and registers nothing (the caller reports compact_revision = CompactRev()).
+// ErrCompacted and registers nothing (the caller reports compact_revision = CompactRev()).
 // If the sink refuses during catch-up, the watcher is registered unsynced from the refused revision.
 //
 // StartRev == CompactRev() is refused although etcd accepts it: the
@@ -196,7 +195,7 @@ func (s *Store) Watch(req WatchRequest) error {
 		return fmt.Errorf("kv: watch %d: id already registered on this sink", req.ID)
 	}
 	if req.StartRev > 0 && req.StartRev <= s.compactRev {
-		return rpctypes.ErrGRPCCompacted
+		return ErrCompacted
 	}
 	sp := mkSpan(append([]byte(nil), key...), append([]byte(nil), req.RangeEnd...))
 	w := &watcher{
@@ -235,7 +234,7 @@ func (s *Store) Resync(sink Sink, id WatchID) error {
 	}
 	if w.next <= s.compactRev {
 		s.watch.remove(w)
-		return rpctypes.ErrGRPCCompacted
+		return ErrCompacted
 	}
 	s.catchUp(w, w.next)
 	return nil

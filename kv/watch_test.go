@@ -8,7 +8,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 func revRange(from, to int64) []int64 {
@@ -312,7 +311,7 @@ func TestWatchCompacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, start := range []int64{1, 3, 4} {
-		wantErr(t, s.Watch(WatchRequest{ID: 2, Key: []byte("k"), StartRev: start, Sink: sink}), rpctypes.ErrGRPCCompacted)
+		wantErr(t, s.Watch(WatchRequest{ID: 2, Key: []byte("k"), StartRev: start, Sink: sink}), ErrCompacted)
 	}
 	if s.watch.get(sink, 2) != nil {
 		t.Fatal("compacted watch was registered")
@@ -328,7 +327,7 @@ func TestWatchCompacted(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink.capacity = -1
-	wantErr(t, s.Resync(sink, 1), rpctypes.ErrGRPCCompacted)
+	wantErr(t, s.Resync(sink, 1), ErrCompacted)
 	wantErr(t, s.Resync(sink, 1), ErrWatchNotFound)
 }
 
@@ -431,7 +430,7 @@ func TestWatchRestore(t *testing.T) {
 		t.Errorf("%d watchers left, want the plain sink's", follower.watch.count)
 	}
 	// A sink without Canceled learns about it from Resync.
-	wantErr(t, follower.Resync(plain, 1), rpctypes.ErrGRPCCompacted)
+	wantErr(t, follower.Resync(plain, 1), ErrCompacted)
 	if follower.watch.count != 0 {
 		t.Errorf("%d watchers left", follower.watch.count)
 	}
@@ -459,7 +458,7 @@ func TestValidateWatch(t *testing.T) {
 		{"b", "a", 0, ErrEmptyWatcherRange},
 		{"b", "b", 0, ErrEmptyWatcherRange},
 		{"", "\x00\x00", 0, nil},
-		{"a", "", -1, rpctypes.ErrGRPCCompacted},
+		{"a", "", -1, ErrCompacted},
 	}
 	for _, tc := range cases {
 		if got := ValidateWatch([]byte(tc.key), []byte(tc.end), tc.rev); !errors.Is(got, tc.want) {

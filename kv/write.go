@@ -5,7 +5,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // change collects the writes of one main revision. Nothing is published
@@ -64,11 +63,11 @@ func (s *Store) Put(p *pb.PutRequest) (*pb.PutResponse, error) {
 func checkPut(p *pb.PutRequest) error {
 	switch {
 	case p == nil || len(p.Key) == 0:
-		return rpctypes.ErrGRPCEmptyKey
+		return ErrEmptyKey
 	case p.IgnoreValue && len(p.Value) != 0:
-		return rpctypes.ErrGRPCValueProvided
+		return ErrValueProvided
 	case p.IgnoreLease && p.Lease != 0:
-		return rpctypes.ErrGRPCLeaseProvided
+		return ErrLeaseProvided
 	}
 	return nil
 }
@@ -79,11 +78,11 @@ func (s *Store) checkPutState(p *pb.PutRequest) error {
 	if p.IgnoreValue || p.IgnoreLease {
 		e := s.keys[string(p.Key)]
 		if e == nil || e.latest() == nil {
-			return rpctypes.ErrGRPCKeyNotFound
+			return ErrKeyNotFound
 		}
 	}
 	if p.Lease != 0 && (s.leaseExists == nil || !s.leaseExists(p.Lease)) {
-		return rpctypes.ErrGRPCLeaseNotFound
+		return ErrLeaseNotFound
 	}
 	return nil
 }
@@ -133,7 +132,7 @@ func (s *Store) doPut(c *change, p *pb.PutRequest) *pb.PutResponse {
 // the revision is not bumped if nothing was deleted.
 func (s *Store) DeleteRange(d *pb.DeleteRangeRequest) (*pb.DeleteRangeResponse, error) {
 	if d == nil || len(d.Key) == 0 {
-		return nil, rpctypes.ErrGRPCEmptyKey
+		return nil, ErrEmptyKey
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 func TestEmptyStore(t *testing.T) {
@@ -76,33 +75,33 @@ func TestPut(t *testing.T) {
 			req:   &pb.PutRequest{Key: []byte("k"), IgnoreValue: true, IgnoreLease: true},
 			want:  "k@2/3/2=old#7", prev: "<nil>",
 		},
-		{name: "empty key", req: &pb.PutRequest{Value: []byte("v")}, err: rpctypes.ErrGRPCEmptyKey},
-		{name: "nil request", req: nil, err: rpctypes.ErrGRPCEmptyKey},
+		{name: "empty key", req: &pb.PutRequest{Value: []byte("v")}, err: ErrEmptyKey},
+		{name: "nil request", req: nil, err: ErrEmptyKey},
 		{
 			name:  "value provided",
 			setup: func(t *testing.T, s *Store) { put(t, s, "k", "v") },
 			req:   &pb.PutRequest{Key: []byte("k"), Value: []byte("x"), IgnoreValue: true},
-			err:   rpctypes.ErrGRPCValueProvided, want: "k@2/2/1=v",
+			err:   ErrValueProvided, want: "k@2/2/1=v",
 		},
 		{
 			name:  "lease provided",
 			setup: func(t *testing.T, s *Store) { put(t, s, "k", "v") },
 			req:   &pb.PutRequest{Key: []byte("k"), Lease: 7, IgnoreLease: true},
-			err:   rpctypes.ErrGRPCLeaseProvided, want: "k@2/2/1=v",
+			err:   ErrLeaseProvided, want: "k@2/2/1=v",
 		},
-		{name: "ignore value missing", req: &pb.PutRequest{Key: []byte("k"), IgnoreValue: true}, err: rpctypes.ErrGRPCKeyNotFound},
-		{name: "ignore lease missing", req: &pb.PutRequest{Key: []byte("k"), IgnoreLease: true}, err: rpctypes.ErrGRPCKeyNotFound},
+		{name: "ignore value missing", req: &pb.PutRequest{Key: []byte("k"), IgnoreValue: true}, err: ErrKeyNotFound},
+		{name: "ignore lease missing", req: &pb.PutRequest{Key: []byte("k"), IgnoreLease: true}, err: ErrKeyNotFound},
 		{
 			name:  "ignore value deleted",
 			setup: func(t *testing.T, s *Store) { put(t, s, "k", "v"); del(t, s, "k", "") },
 			req:   &pb.PutRequest{Key: []byte("k"), IgnoreValue: true},
-			err:   rpctypes.ErrGRPCKeyNotFound,
+			err:   ErrKeyNotFound,
 		},
 		{
 			name:  "lease not found",
 			setup: func(t *testing.T, s *Store) { put(t, s, "k", "v") },
 			req:   &pb.PutRequest{Key: []byte("k"), Value: []byte("x"), Lease: 99},
-			err:   rpctypes.ErrGRPCLeaseNotFound, want: "k@2/2/1=v",
+			err:   ErrLeaseNotFound, want: "k@2/2/1=v",
 		},
 	}
 	for _, tt := range tests {
@@ -221,7 +220,7 @@ func TestDeleteRange(t *testing.T) {
 	})
 	t.Run("empty key", func(t *testing.T) {
 		_, err := newStore().DeleteRange(&pb.DeleteRangeRequest{})
-		wantErr(t, err, rpctypes.ErrGRPCEmptyKey)
+		wantErr(t, err, ErrEmptyKey)
 	})
 }
 
@@ -336,9 +335,9 @@ func TestCompact(t *testing.T) {
 	before := rangesAt(t, s, 1, 9)
 
 	_, err := s.Compact(0)
-	wantErr(t, err, rpctypes.ErrGRPCCompacted)
+	wantErr(t, err, ErrCompacted)
 	_, err = s.Compact(10)
-	wantErr(t, err, rpctypes.ErrGRPCFutureRev)
+	wantErr(t, err, ErrFutureRev)
 
 	resp, err := s.Compact(5)
 	if err != nil {
@@ -351,7 +350,7 @@ func TestCompact(t *testing.T) {
 		t.Errorf("ranges after compaction:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(before[4:], "\n"))
 	}
 	_, err = s.Range(&pb.RangeRequest{Key: []byte("a"), Revision: 4})
-	wantErr(t, err, rpctypes.ErrGRPCCompacted)
+	wantErr(t, err, ErrCompacted)
 	// a keeps its version at 4; b's tombstone at 5 is dropped; everything later is kept.
 	var log []string
 	for _, r := range s.log {
@@ -362,9 +361,9 @@ func TestCompact(t *testing.T) {
 	}
 
 	_, err = s.Compact(5)
-	wantErr(t, err, rpctypes.ErrGRPCCompacted)
+	wantErr(t, err, ErrCompacted)
 	_, err = s.Compact(4)
-	wantErr(t, err, rpctypes.ErrGRPCCompacted)
+	wantErr(t, err, ErrCompacted)
 
 	// Compacting at the current revision removes deleted keys entirely.
 	if _, err := s.Compact(9); err != nil {
@@ -395,7 +394,7 @@ func TestCompactEmptyStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := s.Compact(1)
-	wantErr(t, err, rpctypes.ErrGRPCCompacted)
+	wantErr(t, err, ErrCompacted)
 }
 
 // TestLeaseKeysManyKeys crosses the size where a lease's key set moves from

@@ -5,8 +5,6 @@ import (
 	"reflect"
 	"testing"
 	"time"
-
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // fakeClock is read by the tracker alone, which never waits: NewTimer
@@ -286,10 +284,10 @@ func TestTableGrantRevokeDuplicates(t *testing.T) {
 	if err := tb.Grant(5, 10); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.Grant(5, 20); !errors.Is(err, rpctypes.ErrGRPCLeaseExist) {
+	if err := tb.Grant(5, 20); !errors.Is(err, ErrLeaseExists) {
 		t.Fatalf("duplicate grant: %v", err)
 	}
-	if err := tb.Revoke(6); !errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) {
+	if err := tb.Revoke(6); !errors.Is(err, ErrLeaseNotFound) {
 		t.Fatalf("revoke missing: %v", err)
 	}
 	tb.Apply(&Checkpoint{Clock: 50, Expiries: []Expiry{{ID: 5, Expiry: 900}, {ID: 99, Expiry: 1}}})

@@ -30,9 +30,8 @@ package lease
 
 import (
 	"cmp"
+	"errors"
 	"slices"
-
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // MaxTTL is etcd's largest lease TTL, in seconds.
@@ -83,15 +82,22 @@ func (t *Table) Lookup(id int64) (Lease, bool) {
 	return l.lease(id), true
 }
 
+// The table's errors, with the meaning of etcd's of the same name; the
+// client edge answers with etcd's gRPC errors for them.
+var (
+	ErrLeaseNotFound = errors.New("lease: lease not found")
+	ErrLeaseExists   = errors.New("lease: lease already exists")
+)
+
 // Grant adds a lease. Two grants of one ID can be in flight at once; the
 // second to apply is refused here. Any ID but 0 (no lease) is a lease's,
 // negative ones included, as in etcd.
 func (t *Table) Grant(id, ttl int64) error {
 	if id == 0 {
-		return rpctypes.ErrGRPCLeaseNotFound
+		return ErrLeaseNotFound
 	}
 	if _, ok := t.leases[id]; ok {
-		return rpctypes.ErrGRPCLeaseExist
+		return ErrLeaseExists
 	}
 	t.leases[id] = terms{ttl: ttl}
 	return nil
@@ -100,7 +106,7 @@ func (t *Table) Grant(id, ttl int64) error {
 // Revoke removes a lease; the caller deletes its keys in the same step.
 func (t *Table) Revoke(id int64) error {
 	if _, ok := t.leases[id]; !ok {
-		return rpctypes.ErrGRPCLeaseNotFound
+		return ErrLeaseNotFound
 	}
 	delete(t.leases, id)
 	return nil

@@ -83,11 +83,18 @@ func (l *Lessor) Grant(ctx context.Context, r *pb.LeaseGrantRequest,
 			req.ID = l.newID()
 		}
 		resp, err := propose(ctx, req)
-		if r.ID == 0 && errors.Is(err, rpctypes.ErrGRPCLeaseExist) && attempt < idAttempts {
+		if r.ID == 0 && taken(err) && attempt < idAttempts {
 			continue
 		}
 		return resp, err
 	}
+}
+
+// taken reports whether a grant failed because its ID exists: the lease
+// table's error when the grant applied on this member, etcd's gRPC error
+// when the leader answered a forwarded one.
+func taken(err error) bool {
+	return errors.Is(err, lease.ErrLeaseExists) || errors.Is(err, rpctypes.ErrGRPCLeaseExist)
 }
 
 // TimeToLive answers r on the leader, from its lease clock, after a read

@@ -419,6 +419,8 @@ func Start(cfg Config) (*Member, error) {
 		opts = append(opts, transport.NewGRPCMetrics(cfg.Metrics).ServerOptions()...)
 		m.server.RegisterAuthMetrics(cfg.Metrics)
 	}
+	// Inside the metrics' interceptors, so they count etcd's codes.
+	opts = append(opts, transport.ErrorOptions()...)
 	opts = append(opts, m.server.AuthOptions(cfg.ClientTLS.ClientCertAuth)...)
 	m.grpc = grpc.NewServer(opts...)
 	m.server.Register(m.grpc)

@@ -5,11 +5,14 @@ import (
 	"errors"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/checkpoint"
+	"github.com/corenode/corenode/kv"
+	"github.com/corenode/corenode/lease"
 	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/node"
 	"github.com/corenode/corenode/readlease"
@@ -17,8 +20,8 @@ import (
 
 // errTable is the one place where an error from below the edge becomes
 // the gRPC error etcd sends for it (etcd's v3rpc/util.go plays this part).
-// Errors that are already gRPC statuses (rpctypes.ErrGRPC*, used by kv and
-// lease for etcd's exact messages) pass through unchanged.
+// Errors that are already gRPC statuses (the edge's own checks, and what a
+// leader answered a forwarded request) pass through unchanged.
 var errTable = []struct {
 	err  error
 	grpc error
@@ -31,6 +34,18 @@ var errTable = []struct {
 	{lessor.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
 	{context.DeadlineExceeded, rpctypes.ErrGRPCTimeout},
 	{node.ErrBadTransferee, rpctypes.ErrGRPCBadLeaderTransferee},
+
+	{kv.ErrEmptyKey, rpctypes.ErrGRPCEmptyKey},
+	{kv.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
+	{kv.ErrValueProvided, rpctypes.ErrGRPCValueProvided},
+	{kv.ErrLeaseProvided, rpctypes.ErrGRPCLeaseProvided},
+	{kv.ErrDuplicateKey, rpctypes.ErrGRPCDuplicateKey},
+	{kv.ErrInvalidSortOption, rpctypes.ErrGRPCInvalidSortOption},
+	{kv.ErrCompacted, rpctypes.ErrGRPCCompacted},
+	{kv.ErrFutureRev, rpctypes.ErrGRPCFutureRev},
+	{kv.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
+	{lease.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
+	{lease.ErrLeaseExists, rpctypes.ErrGRPCLeaseExist},
 
 	{auth.ErrRootUserNotExist, rpctypes.ErrGRPCRootUserNotExist},
 	{auth.ErrRootRoleNotExist, rpctypes.ErrGRPCRootRoleNotExist},
@@ -83,4 +98,19 @@ func notLeader(err error) bool {
 		}
 	}
 	return false
+}
+
+// ErrorOptions returns the client port's interceptors that pass every
+// error a handler returns through mapErr, so an error from below the edge
+// reaches a client as etcd's even where a handler returns it as it came.
+func ErrorOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			resp, err := h(ctx, req)
+			return resp, mapErr(ctx, err)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			return mapErr(ss.Context(), h(srv, ss))
+		}),
+	}
 }

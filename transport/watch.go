@@ -231,7 +231,7 @@ func (ws *watchStream) resyncLoop(ctx context.Context) {
 				break
 			}
 			for _, id := range ids {
-				if err := ws.store.Resync(ws, id); errors.Is(err, rpctypes.ErrGRPCCompacted) {
+				if err := ws.store.Resync(ws, id); errors.Is(err, kv.ErrCompacted) {
 					ws.forget(id)
 					ws.enqueue(ctx, &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: int64(id),
 						CompactRevision: ws.store.CompactRev(), Canceled: true})
@@ -343,7 +343,7 @@ func (ws *watchStream) create(ctx context.Context, r *pb.WatchCreateRequest) {
 	if err := kv.ValidateWatch(r.Key, r.RangeEnd, r.StartRevision); err != nil {
 		ws.mu.Unlock()
 		ws.enqueue(ctx, &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: -1,
-			Created: true, Canceled: true, CancelReason: rpctypes.ErrorDesc(err)})
+			Created: true, Canceled: true, CancelReason: rpctypes.ErrorDesc(mapErr(ctx, err))})
 		return
 	}
 	ws.watchers[id] = &watchState{progress: r.ProgressNotify}
@@ -364,11 +364,11 @@ func (ws *watchStream) create(ctx context.Context, r *pb.WatchCreateRequest) {
 	if err := ws.store.Watch(wr); err != nil {
 		ws.forget(id)
 		resp := &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: int64(id), Canceled: true}
-		if errors.Is(err, rpctypes.ErrGRPCCompacted) {
+		if errors.Is(err, kv.ErrCompacted) {
 			// As etcd: the compact revision says why, and no reason is given.
 			resp.CompactRevision = ws.store.CompactRev()
 		} else {
-			resp.CancelReason = rpctypes.ErrorDesc(err)
+			resp.CancelReason = rpctypes.ErrorDesc(mapErr(ctx, err))
 		}
 		ws.enqueue(ctx, resp)
 	}
