@@ -26,6 +26,17 @@ import (
 // cheapBcrypt keeps password hashing fast under the race detector.
 var cheapBcrypt = membertest.WithConfig(func(_ int, cfg *member.Config) { cfg.BcryptCost = 4 })
 
+// loginAs is a client of cfg's endpoints that logs in as user.
+func loginAs(t *testing.T, cfg clientv3.Config, user, password string) *clientv3.Client {
+	t.Helper()
+	cfg.Username, cfg.Password = user, password
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatalf("log in as %s: %v", user, err)
+	}
+	return cli
+}
+
 // matrixDifferences are the rows where corenode answers other than etcd
 // 3.6 for a reason that is not auth's, with corenode's answer.
 var matrixDifferences = map[string]string{
@@ -98,12 +109,7 @@ func TestAuthSurvivesSnapshotAndRestart(t *testing.T) {
 	if _, _, err := authmatrix.Setup(ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
-	root := cfg
-	root.Username, root.Password = "root", "rootpw"
-	rcli, err := clientv3.New(root)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rcli := loginAs(t, cfg, "root", "rootpw")
 	defer rcli.Close()
 	// Enough writes for every member to snapshot and truncate its log past
 	// the auth entries, so only a snapshot holds them.
@@ -120,12 +126,7 @@ func TestAuthSurvivesSnapshotAndRestart(t *testing.T) {
 		c.Restart(i)
 	}
 	c.WaitLeader()
-	alice := cfg
-	alice.Username, alice.Password = "alice", "pw"
-	acli, err := clientv3.New(alice)
-	if err != nil {
-		t.Fatalf("alice after the restart: %v", err)
-	}
+	acli := loginAs(t, cfg, "alice", "pw")
 	defer acli.Close()
 	if _, err := acli.Put(ctx, "/svc/a/after", "v"); err != nil {
 		t.Fatalf("alice writes her prefix after the restart: %v", err)
@@ -265,22 +266,12 @@ func TestJWTTokens(t *testing.T) {
 	}
 
 	// A client that logs in itself carries on across an auth change.
-	acfg := cfg
-	acfg.Username, acfg.Password = "alice", "pw"
-	acli, err := clientv3.New(acfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	acli := loginAs(t, cfg, "alice", "pw")
 	defer acli.Close()
 	if _, err := acli.Put(ctx, "/svc/a/k", "1"); err != nil {
 		t.Fatal(err)
 	}
-	rcfg := cfg
-	rcfg.Username, rcfg.Password = "root", "rootpw"
-	rcli, err := clientv3.New(rcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rcli := loginAs(t, cfg, "root", "rootpw")
 	defer rcli.Close()
 	if _, err := rcli.UserAdd(ctx, "carol", "pw"); err != nil {
 		t.Fatal(err)
