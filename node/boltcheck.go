@@ -14,8 +14,9 @@ import (
 // structure checkBolt refused.
 var errBoltDamaged = errors.New("damaged bolt file")
 
-// boltDamage is what checkBolt found wrong with the file name (as the
-// data dir names it, e.g. "raft.db").
+// boltDamage is what checkBolt found wrong with a bolt file; its message
+// starts with the file's name as the data dir holds it ("raft.db: ..."), so
+// the one line a member stops with says which file to blame.
 type boltDamage struct {
 	name, what string
 }
