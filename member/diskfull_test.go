@@ -345,3 +345,139 @@ func testDiskFullLoneMember(t *testing.T, leave int64) {
 	}
 	assertHealthyDisk(t, c, 0)
 }
+
+// TestDiskFullLeader: the leader's own disk fills. Its failed append steps
+// it down and it does not campaign; the other two elect a leader among
+// themselves and keep committing, and no acknowledged write is lost. The
+// full member says it cannot persist (/health, corenode_disk_writable) and,
+// once space is back, catches up by itself, without a restart, to the same
+// key space as the leader's, without disturbing the new leader.
+func TestDiskFullLeader(t *testing.T) {
+	for _, fill := range diskFills {
+		t.Run(fill.name, func(t *testing.T) { testDiskFullLeader(t, fill.leave) })
+	}
+}
+
+func testDiskFullLeader(t *testing.T, leave int64) {
+	const full = 0
+	var dir string
+	c := membertest.New(t, 3, membertest.WithConfig(func(i int, cfg *member.Config) {
+		cfg.Metrics = prometheus.NewRegistry()
+		if i == full {
+			dir = cfg.DataDir
+			mountTmpfs(t, dir, tmpfsBytes)
+		}
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if leader := c.WaitLeader(); leader != full {
+		if _, err := c.Client(leader).MoveLeader(ctx, c.Members[full].ID()); err != nil {
+			t.Fatalf("move leadership to the member whose disk will fill: %v", err)
+		}
+		if leader = c.WaitLeader(); leader != full {
+			t.Fatalf("member %d leads after leadership moved to member %d", leader, full)
+		}
+	}
+	fn := c.Members[full].Node()
+	cli := c.Client() // every member: the client finds whichever leads
+	acked := map[string]string{}
+	put := func(key, value string) error {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := cli.Put(pctx, key, value)
+		if err == nil {
+			acked[key] = value
+		}
+		return err
+	}
+
+	junk := fillDisk(t, dir, leave)
+	// Big puts fill what is left of the leader's wal segment; the append
+	// that needs more fails, and the leader steps down. A put in flight
+	// then may fail: it was not acknowledged.
+	value := strings.Repeat("v", bigValue)
+	var refused []error
+	puts := 0
+	for ; puts < 3*bigPuts && fn.IsLeader(); puts++ {
+		if err := put(fmt.Sprintf("/big%03d", puts), value); err != nil {
+			refused = append(refused, err)
+		}
+	}
+	if fn.IsLeader() {
+		t.Fatalf("member %d still leads after %d puts of %d KiB on its full disk: the test did not fault it", full, puts, bigValue>>10)
+	}
+	t.Logf("the leader stepped down after %d big puts; refused: %v", puts, refused)
+	leader := c.WaitLeader()
+	if leader == full {
+		t.Fatalf("member %d leads again with a full disk", full)
+	}
+	ln := c.Members[leader].Node()
+	term := ln.Term()
+	for i := range 20 {
+		if err := put(fmt.Sprintf("/k%02d", i), "while-full"); err != nil {
+			t.Fatalf("small put %d with the old leader's disk full: %v", i, err)
+		}
+	}
+	if got, want := fn.FSM().Applied(), ln.FSM().Applied(); got >= want {
+		t.Fatalf("member %d applied %d, the new leader %d: its full disk did not stop it", full, got, want)
+	}
+	if fn.IsLeader() {
+		t.Errorf("member %d leads with a full disk", full)
+	}
+	if got := ln.Term(); got != term || !ln.IsLeader() {
+		t.Errorf("the new leader's term went from %d to %d (still leading: %v) while the old leader's disk was full", term, got, ln.IsLeader())
+	}
+	assertUnhealthyDisk(t, c, full)
+	assertHealthyDisk(t, c, leader)
+
+	if err := os.Remove(junk); err != nil {
+		t.Fatal(err)
+	}
+	// As for a follower: the leader retries a member whose appends failed
+	// with a backoff of up to about 10 s.
+	caught, cancelCaught := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelCaught()
+	want := ln.FSM().Applied()
+	if err := fn.FSM().WaitApplied(caught, want); err != nil {
+		t.Fatalf("member %d did not catch up to index %d after space was freed (it has %d): %v", full, want, fn.FSM().Applied(), err)
+	}
+	// The same key space: every acknowledged write, and nothing else.
+	rev, err := cli.Get(ctx, "/k19")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hashes [2]uint32
+	for j, i := range []int{leader, full} {
+		h, err := c.Client(i).HashKV(ctx, c.Endpoint(i), rev.Header.Revision)
+		if err != nil {
+			t.Fatalf("member %d: HashKV(%d): %v", i, rev.Header.Revision, err)
+		}
+		hashes[j] = h.Hash
+	}
+	if hashes[0] != hashes[1] {
+		t.Errorf("at revision %d the key space hashes to %08x on the leader, %08x on member %d, which caught up", rev.Header.Revision, hashes[0], hashes[1], full)
+	}
+	lc, fc := c.Client(leader), c.Client(full)
+	for key, v := range acked {
+		for i, get := range map[int]func() (*clientv3.GetResponse, error){
+			leader: func() (*clientv3.GetResponse, error) { return lc.Get(ctx, key) },
+			full:   func() (*clientv3.GetResponse, error) { return fc.Get(ctx, key, clientv3.WithSerializable()) },
+		} {
+			resp, err := get()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != v {
+				t.Errorf("acknowledged %s: %d keys on member %d, want its value", key, len(resp.Kvs), i)
+			}
+		}
+	}
+	if got := ln.Term(); got != term || !ln.IsLeader() {
+		t.Errorf("the new leader's term went from %d to %d (still leading: %v) when the old leader recovered", term, got, ln.IsLeader())
+	}
+	membertest.Eventually(t, 10*time.Second, func() bool {
+		code, _ := memberHealth(t, c, full)
+		return code == http.StatusOK
+	}, "the member whose disk was freed never said it was healthy again")
+	assertHealthyDisk(t, c, full)
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/bbolt"
 )
@@ -45,6 +46,8 @@ const DefaultLogStore = LogStoreWAL
 const (
 	walDir   = "wal"
 	boltFile = "raft.db"
+	// walMetaFile is raft-wal's meta database in walDir (metadb.FileName).
+	walMetaFile = metadb.FileName
 )
 
 // walSegmentSize bounds a wal segment file. raft-wal preallocates every
@@ -168,7 +171,8 @@ func openLogStore(dataDir, kind string, logger hclog.Logger) (logStore, error) {
 		return nil, fmt.Errorf("unknown log store %q", kind)
 	}
 	if err != nil {
-		if errors.Is(err, wal.ErrCorrupt) || errors.Is(err, errEntryChecksum) || errors.Is(err, errLogShortened) {
+		if errors.Is(err, wal.ErrCorrupt) || errors.Is(err, errEntryChecksum) || errors.Is(err, errLogShortened) ||
+			errors.Is(err, errBoltDamaged) {
 			return nil, &CorruptLogError{DataDir: dataDir, Store: kind, Err: err}
 		}
 		return nil, err
@@ -226,7 +230,9 @@ func verifyLog(s raft.LogStore) error {
 	return nil
 }
 
-// openBolt opens the raft-boltdb store in dir.
+// openBolt opens the raft-boltdb store in dir, creating it when missing;
+// an existing raft.db must pass checkBolt first, so that damage bbolt would
+// panic on is an error instead.
 //
 // Not syncing bolt's freelist, as etcd does not, saves a page write per
 // append (about 30% of append time measured here); the cost is a scan to
@@ -234,12 +240,77 @@ func verifyLog(s raft.LogStore) error {
 // commit: its pages, an fdatasync, the meta page, another fdatasync
 // (BenchmarkLogAppend).
 func openBolt(dir string) (*raftboltdb.BoltStore, error) {
-	s, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, boltFile),
-		BoltOptions: &bbolt.Options{Timeout: 5 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType}})
+	path := filepath.Join(dir, boltFile)
+	err := checkBoltLocked(path, boltFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		err = createBolt(dir)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: boltOptions()})
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return nil, errStoreLocked
 	}
 	return s, err
+}
+
+func boltOptions() *bbolt.Options {
+	return &bbolt.Options{Timeout: 5 * time.Second, NoFreelistSync: true, FreelistType: bbolt.FreelistMapType}
+}
+
+// checkBoltLocked is checkBolt under a shared lock of the file, which a
+// running member holds exclusively (bbolt's flock): a member already
+// running on the data dir is errStoreLocked, at once, and not a file read
+// while it writes. The lock goes before bbolt takes its own.
+func checkBoltLocked(path, name string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return errStoreLocked
+		}
+		return fmt.Errorf("lock %s: %w", name, err)
+	}
+	return checkBolt(path, name)
+}
+
+// createBolt creates an empty raft.db in dir whole or not at all: under a
+// temporary name, renamed into place once bbolt has written and synced it,
+// then the directory synced. A crash while bbolt initializes a file leaves
+// it empty or half written, which checkBolt must be able to call damage.
+func createBolt(dir string) error {
+	tmp := filepath.Join(dir, boltFile+".tmp")
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove an unfinished %s: %w", tmp, err)
+	}
+	s, err := raftboltdb.New(raftboltdb.Options{Path: tmp, BoltOptions: boltOptions()})
+	if err != nil {
+		return fmt.Errorf("create %s: %w", boltFile, err)
+	}
+	if err := s.Close(); err != nil {
+		return fmt.Errorf("create %s: %w", boltFile, err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, boltFile)); err != nil {
+		return fmt.Errorf("create %s: %w", boltFile, err)
+	}
+	return syncDir(dir)
+}
+
+// syncDir makes dir's entries durable (a file created or renamed in it).
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
 }
 
 // walStore is raft-wal with two additions.
@@ -374,8 +445,22 @@ func openWAL(dir string, logger hclog.Logger) (walStore, error) {
 		lastFile.Close()
 		return walStore{}, fmt.Errorf("wal last index: %w", err)
 	}
-	w, err := wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(logger))
+	// raft-wal opens its meta database with bbolt, which panics on a
+	// damaged one (checkBolt); it creates a missing one itself.
+	err = checkBolt(filepath.Join(dir, walMetaFile), walDir+"/"+walMetaFile)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		lastFile.Close()
+		return walStore{}, err
+	}
+	// raft-wal 0.4.2 leaves its meta database open when Open fails after
+	// opening it (a state it cannot parse, a segment it cannot read), and
+	// with it bbolt's flock: the storage probe's next try to open the log
+	// (reopenableStore) would wait on that lock forever, as raft-wal opens
+	// it with no timeout. Passing the meta database in lets this close it.
+	meta := &metadb.BoltMetaDB{}
+	w, err := wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(logger), wal.WithMetaStore(meta))
 	if err != nil {
+		meta.Close()
 		lastFile.Close()
 		return walStore{}, err
 	}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -381,5 +382,50 @@ func TestWALIsMonotonic(t *testing.T) {
 	}
 	if !isMonotonic(cache) {
 		t.Fatal("raft would not see the wal as monotonic")
+	}
+}
+
+// TestWALFailedOpenReleasesMetaDB: a wal whose meta database holds a state
+// raft-wal cannot parse fails to open, and once it is repaired opens again
+// in the same process, as the storage probe's retries do (reopenableStore).
+// raft-wal alone keeps the meta database's lock after the failed open, and
+// the next open waits for it forever.
+func TestWALFailedOpenReleasesMetaDB(t *testing.T) {
+	dir := writeStore(t, LogStoreWAL, 10)
+	path, _ := boltPath(dir, LogStoreWAL)
+	pristine, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every copy of the state's JSON, the live one among them.
+	damaged := bytes.ReplaceAll(pristine, []byte(`{"NextSegmentID"`), []byte(`{[NextSegmentID"`))
+	if bytes.Equal(damaged, pristine) {
+		t.Fatal("no state JSON in the meta database")
+	}
+	if err := os.WriteFile(path, damaged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var corrupt *CorruptLogError
+	if _, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger()); !errors.As(err, &corrupt) || !errors.Is(err, wal.ErrCorrupt) {
+		t.Fatalf("open with the state damaged: %v, want raft-wal's ErrCorrupt in a CorruptLogError", err)
+	}
+	if err := os.WriteFile(path, pristine, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	go func() {
+		s, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
+		if err == nil {
+			s.Close()
+		}
+		opened <- err
+	}()
+	select {
+	case err := <-opened:
+		if err != nil {
+			t.Fatalf("open after the repair: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("open after the repair waits on the lock the failed open kept")
 	}
 }

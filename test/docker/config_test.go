@@ -36,6 +36,7 @@ var metrics = map[string]kind{
 	"corenode_proposal_apply_seconds": histogram,
 
 	"corenode_disk_fsync_seconds": histogram,
+	"corenode_disk_writable":      gauge,
 	"corenode_kv_db_size_bytes":   gauge,
 
 	"corenode_grpc_requests_total":  counter,
