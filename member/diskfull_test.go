@@ -176,7 +176,6 @@ func testDiskFullFollower(t *testing.T, leave int64) {
 		leader = c.WaitLeader()
 	}
 	ln := c.Members[leader].Node()
-	fn := c.Members[full].Node()
 	term := ln.Term()
 	cli := c.Client(leader)
 
@@ -192,29 +191,10 @@ func testDiskFullFollower(t *testing.T, leave int64) {
 			t.Fatalf("small put %d with one member's disk full: %v", i, err)
 		}
 	}
-	if got, want := fn.FSM().Applied(), ln.FSM().Applied(); got >= want {
-		t.Fatalf("member %d applied %d, the leader %d: its full disk did not stop it, the test did not fault it", full, got, want)
-	}
-	if fn.IsLeader() {
-		t.Errorf("member %d leads with a full disk", full)
-	}
-	if got := ln.Term(); got != term || !ln.IsLeader() {
-		t.Errorf("the leader's term went from %d to %d (still leading: %v) while a follower's disk was full", term, got, ln.IsLeader())
-	}
-	assertUnhealthyDisk(t, c, full)
-	assertHealthyDisk(t, c, leader)
-
-	if err := os.Remove(junk); err != nil {
-		t.Fatal(err)
-	}
+	assertStoppedByFullDisk(t, c, full, leader, term)
 	// raft's leader retries a follower whose appends failed with a backoff
 	// of up to about 10 s, so catching up may take that long.
-	caught, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	want := ln.FSM().Applied()
-	if err := fn.FSM().WaitApplied(caught, want); err != nil {
-		t.Fatalf("member %d did not catch up to index %d after space was freed (it has %d): %v", full, want, fn.FSM().Applied(), err)
-	}
+	freeAndCatchUp(ctx, t, c, full, leader, junk, 20*time.Second)
 	fc := c.Client(full)
 	for key, v := range map[string]string{"/k19": "while-full", "/big": value} {
 		resp, err := fc.Get(ctx, key, clientv3.WithSerializable())
@@ -418,29 +398,10 @@ func testDiskFullLeader(t *testing.T, leave int64) {
 			t.Fatalf("small put %d with the old leader's disk full: %v", i, err)
 		}
 	}
-	if got, want := fn.FSM().Applied(), ln.FSM().Applied(); got >= want {
-		t.Fatalf("member %d applied %d, the new leader %d: its full disk did not stop it", full, got, want)
-	}
-	if fn.IsLeader() {
-		t.Errorf("member %d leads with a full disk", full)
-	}
-	if got := ln.Term(); got != term || !ln.IsLeader() {
-		t.Errorf("the new leader's term went from %d to %d (still leading: %v) while the old leader's disk was full", term, got, ln.IsLeader())
-	}
-	assertUnhealthyDisk(t, c, full)
-	assertHealthyDisk(t, c, leader)
-
-	if err := os.Remove(junk); err != nil {
-		t.Fatal(err)
-	}
+	assertStoppedByFullDisk(t, c, full, leader, term)
 	// As for a follower: the leader retries a member whose appends failed
 	// with a backoff of up to about 10 s.
-	caught, cancelCaught := context.WithTimeout(ctx, 30*time.Second)
-	defer cancelCaught()
-	want := ln.FSM().Applied()
-	if err := fn.FSM().WaitApplied(caught, want); err != nil {
-		t.Fatalf("member %d did not catch up to index %d after space was freed (it has %d): %v", full, want, fn.FSM().Applied(), err)
-	}
+	freeAndCatchUp(ctx, t, c, full, leader, junk, 30*time.Second)
 	// The same key space: every acknowledged write, and nothing else.
 	rev, err := cli.Get(ctx, "/k19")
 	if err != nil {
@@ -480,4 +441,39 @@ func testDiskFullLeader(t *testing.T, leave int64) {
 		return code == http.StatusOK
 	}, "the member whose disk was freed never said it was healthy again")
 	assertHealthyDisk(t, c, full)
+}
+
+// assertStoppedByFullDisk checks the cluster while member full's disk is
+// full: it fell behind leader, does not lead, says so in /health, and
+// leader kept its term and its leadership.
+func assertStoppedByFullDisk(t *testing.T, c *membertest.Cluster, full, leader int, term uint64) {
+	t.Helper()
+	fn, ln := c.Members[full].Node(), c.Members[leader].Node()
+	if got, want := fn.FSM().Applied(), ln.FSM().Applied(); got >= want {
+		t.Fatalf("member %d applied %d, the leader %d: its full disk did not stop it, the test did not fault it", full, got, want)
+	}
+	if fn.IsLeader() {
+		t.Errorf("member %d leads with a full disk", full)
+	}
+	if got := ln.Term(); got != term || !ln.IsLeader() {
+		t.Errorf("the leader's term went from %d to %d (still leading: %v) while member %d's disk was full", term, got, ln.IsLeader(), full)
+	}
+	assertUnhealthyDisk(t, c, full)
+	assertHealthyDisk(t, c, leader)
+}
+
+// freeAndCatchUp removes junk and waits up to within for member full to
+// apply everything leader had applied.
+func freeAndCatchUp(ctx context.Context, t *testing.T, c *membertest.Cluster, full, leader int, junk string, within time.Duration) {
+	t.Helper()
+	if err := os.Remove(junk); err != nil {
+		t.Fatal(err)
+	}
+	fn, ln := c.Members[full].Node(), c.Members[leader].Node()
+	caught, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	want := ln.FSM().Applied()
+	if err := fn.FSM().WaitApplied(caught, want); err != nil {
+		t.Fatalf("member %d did not catch up to index %d after space was freed (it has %d): %v", full, want, fn.FSM().Applied(), err)
+	}
 }
