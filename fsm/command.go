@@ -114,6 +114,11 @@ type Message interface {
 // ErrUnknownFormat means the entry was written by a newer corenode.
 var ErrUnknownFormat = errors.New("fsm: unknown command format")
 
+// ErrNoSpace refuses a write that would grow the state while the NOSPACE
+// alarm is raised (etcd's "database space exceeded"); reads, deletes and
+// compaction still apply.
+var ErrNoSpace = errors.New("fsm: database space exceeded")
+
 // Encode returns the log entry for a command.
 func Encode(op Op, msg Message) ([]byte, error) {
 	buf := make([]byte, 2+msg.Size())

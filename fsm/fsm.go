@@ -29,7 +29,6 @@ import (
 	"github.com/hashicorp/raft"
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/kv"
@@ -37,9 +36,10 @@ import (
 )
 
 // Result is what ApplyBatch returns for each command entry; the proposer
-// receives it from the raft.ApplyFuture. Err is an etcd rpctypes error when
-// the command was refused at apply (validation happens here, not only before
-// proposing, because concurrent proposals race).
+// receives it from the raft.ApplyFuture. Err says why the command was
+// refused at apply (validation happens here, not only before proposing,
+// because concurrent proposals race): a sentinel of fsm, kv, lease or auth,
+// which transport's error table turns into etcd's gRPC error.
 type Result struct {
 	Resp any
 	Err  error
@@ -258,7 +258,7 @@ func (f *FSM) applyCommand(l *raft.Log) Result {
 	f.lmu.Lock()
 	defer f.lmu.Unlock()
 	if f.capped(cmd) {
-		return Result{Err: rpctypes.ErrGRPCNoSpace}
+		return Result{Err: ErrNoSpace}
 	}
 	if err := f.authorize(cmd); err != nil {
 		return Result{Err: err}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/corenode/corenode/kv"
 	"github.com/corenode/corenode/lease"
@@ -128,8 +127,8 @@ func TestNoSpaceAlarmCapsWrites(t *testing.T) {
 		"nested txn's put": {OpTxn, &pb.TxnRequest{Success: []*pb.RequestOp{nested}}},
 	}
 	for name, c := range refused {
-		if r := apply(t, f, c.op, c.msg); !errors.Is(r.Err, rpctypes.ErrGRPCNoSpace) {
-			t.Errorf("%s under NOSPACE: %v, want %v", name, r.Err, rpctypes.ErrGRPCNoSpace)
+		if r := apply(t, f, c.op, c.msg); !errors.Is(r.Err, ErrNoSpace) {
+			t.Errorf("%s under NOSPACE: %v, want %v", name, r.Err, ErrNoSpace)
 		}
 	}
 	rev := f.Store().Rev()
@@ -149,7 +148,7 @@ func TestNoSpaceAlarmCapsWrites(t *testing.T) {
 	if got := g.Alarms(); len(got) != 1 || got[0].MemberID != 7 {
 		t.Fatalf("restored alarms %v", got)
 	}
-	if r := apply(t, g, OpPut, &pb.PutRequest{Key: []byte("b")}); !errors.Is(r.Err, rpctypes.ErrGRPCNoSpace) {
+	if r := apply(t, g, OpPut, &pb.PutRequest{Key: []byte("b")}); !errors.Is(r.Err, ErrNoSpace) {
 		t.Fatalf("put on the restored member: %v", r.Err)
 	}
 

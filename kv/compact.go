@@ -19,52 +19,55 @@ func (s *Store) Compact(rev int64) (*pb.CompactionResponse, error) {
 		return nil, ErrFutureRev
 	}
 	split := countUpTo(s.log, rev)
-	old, suffix := s.log[:split], s.log[split:]
+	suffix := s.log[split:]
 
-	// Every key with a record at or below rev has one in old, so walking old
-	// reaches exactly the entries that lose something. Each entry's cut
-	// (how many of its records are at or below rev) is computed once,
-	// stamped with rev, which grows from one compaction to the next.
-	var touched []*keyEntry
-	kept := 0
-	for _, r := range old {
-		e := s.keys[string(r.kv.Key)]
-		if e.compactStamp != rev {
-			e.compactStamp = rev
-			e.compactCut = countUpTo(e.recs, rev)
-			touched = append(touched, e)
-			if !e.recs[e.compactCut-1].tomb {
-				kept++
-			}
-		}
+	// One walk of the index, no per-record lookups: each key with records
+	// at or below rev keeps the newest of them unless it is a tombstone,
+	// and loses the rest.
+	type loss struct {
+		e    *keyEntry
+		drop int
 	}
-
-	// A new slice, never an in-place rewrite: snapshots may hold the old one.
-	log := make([]*record, 0, kept+len(suffix)+len(suffix)/4+16)
-	for _, r := range old {
-		e := s.keys[string(r.kv.Key)]
-		if last := e.recs[e.compactCut-1]; last == r && !r.tomb {
-			log = append(log, r)
-		} else {
-			s.size.Add(-r.cost())
+	var kept []*record
+	var losses []loss
+	s.tree.Ascend(func(e *keyEntry) bool {
+		cut := countUpTo(e.recs, rev)
+		if cut == 0 {
+			return true
 		}
-	}
-	log = append(log, suffix...)
-
-	for _, e := range touched {
-		drop := e.compactCut
-		if !e.recs[drop-1].tomb {
+		drop := cut
+		if last := e.recs[cut-1]; !last.tomb {
+			kept = append(kept, last)
 			drop--
 		}
-		if drop == 0 {
-			continue
+		if drop > 0 {
+			for _, r := range e.recs[:drop] {
+				s.size.Add(-r.cost())
+			}
+			losses = append(losses, loss{e, drop})
 		}
-		if drop == len(e.recs) {
-			s.dropEntry(e)
+		return true
+	})
+	// The log is in revision order; the walk was in key order.
+	slices.SortFunc(kept, func(a, b *record) int {
+		if a.before(b) {
+			return -1
+		}
+		return 1
+	})
+
+	// A new slice, never an in-place rewrite: snapshots may hold the old one.
+	log := make([]*record, 0, len(kept)+len(suffix)+len(suffix)/4+16)
+	log = append(log, kept...)
+	log = append(log, suffix...)
+
+	for _, l := range losses {
+		if l.drop == len(l.e.recs) {
+			s.dropEntry(l.e)
 			continue
 		}
 		// Clone so the dropped records are not pinned by the old array.
-		e.recs = slices.Clone(e.recs[drop:])
+		l.e.recs = slices.Clone(l.e.recs[l.drop:])
 	}
 
 	s.log = log

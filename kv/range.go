@@ -87,7 +87,7 @@ func (s *Store) doRange(r *pb.RangeRequest, header int64) *pb.RangeResponse {
 	var count int64
 	if sp := mkSpan(r.Key, r.RangeEnd); sp.single {
 		// The hot path: no closure, no scratch slice on the heap.
-		if e := s.keys[string(sp.key)]; e != nil {
+		if e := s.lookup(sp.key); e != nil {
 			if rec := e.at(at); rec != nil {
 				count = 1
 				if !r.CountOnly && (!filtered || passFilters(r, &rec.kv)) {

@@ -218,10 +218,9 @@ func readSnapshot(r io.Reader) (rev, compactRev int64, log []*record, err error)
 	}
 	// Grow as records arrive: a corrupt count must not allocate up front.
 	log = make([]*record, 0, min(count, 1<<16))
-	keys := make(map[string][]byte)
 	var prev *record
 	for i := uint64(0); i < count && d.err == nil; i++ {
-		rec := d.record(prev, keys)
+		rec := d.record(prev)
 		if d.err != nil {
 			break
 		}
@@ -300,7 +299,14 @@ func (d *decoder) bytes() []byte {
 		return nil
 	}
 	const chunk = 1 << 20
-	buf := make([]byte, 0, min(n, chunk))
+	if n <= chunk {
+		buf := make([]byte, n)
+		if _, err := io.ReadFull(d.r, buf); err != nil {
+			d.setErr(err)
+		}
+		return buf
+	}
+	buf := make([]byte, 0, chunk)
 	for uint64(len(buf)) < n && d.err == nil {
 		m := min(n-uint64(len(buf)), chunk)
 		start := len(buf)
@@ -312,7 +318,7 @@ func (d *decoder) bytes() []byte {
 	return buf
 }
 
-func (d *decoder) record(prev *record, keys map[string][]byte) *record {
+func (d *decoder) record(prev *record) *record {
 	flags, err := d.r.ReadByte()
 	if err != nil {
 		d.setErr(err)
@@ -340,12 +346,6 @@ func (d *decoder) record(prev *record, keys map[string][]byte) *record {
 	if prev != nil && !prev.before(r) || r.kv.ModRevision < 1 {
 		d.fail("record (%d,%d) out of order", r.kv.ModRevision, r.sub)
 		return nil
-	}
-	// Share one copy of each key among its records, as live writes do.
-	if k, ok := keys[string(key)]; ok {
-		key = k
-	} else {
-		keys[string(key)] = key
 	}
 	r.kv.Key = key
 	if r.tomb {

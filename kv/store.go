@@ -59,10 +59,6 @@ func (r *record) copyKV() *mvccpb.KeyValue {
 type keyEntry struct {
 	key  []byte
 	recs []*record
-
-	// Scratch for Compact, which runs under the write lock only.
-	compactStamp int64
-	compactCut   int
 }
 
 // latest returns the live version of the key including changes already made
@@ -150,10 +146,12 @@ type Store struct {
 	// a new slice (Compact, Restore), never rewritten in place, so a Snapshot
 	// can keep a prefix of it without copying.
 	log []*record
-	// tree orders keys for range scans; keys gives O(1) point lookups on the
-	// hot path (single-key Range, Put). Both hold the same entries.
+	// tree is the key index: every key with a retained record, in order.
+	// Point lookups go through it too: a hash map beside it made them
+	// about 200 ns faster but cost about 50 bytes per key, more than a
+	// tenth of a member's memory at a million keys (docs/BENCHMARKS.md,
+	// "A million keys").
 	tree *btree.BTreeG[*keyEntry]
-	keys map[string]*keyEntry
 	// leases maps a lease ID to the entries whose live version carries it.
 	leases map[int64]leaseKeys
 	live   int
@@ -178,41 +176,48 @@ func (s *Store) reset(rev, compactRev int64, log []*record) {
 	s.rev, s.compactRev = rev, compactRev
 	s.log = log
 	s.tree = btree.NewG(32, entryLess)
-	s.keys = make(map[string]*keyEntry)
 	s.leases = make(map[int64]leaseKeys)
 	s.live = 0
 	s.size.Store(0)
 	for _, r := range log {
 		s.size.Add(r.cost())
-		e := s.keys[string(r.kv.Key)]
+		e := s.lookup(r.kv.Key)
 		if e == nil {
 			e = &keyEntry{key: r.kv.Key}
-			s.keys[string(e.key)] = e
 			s.tree.ReplaceOrInsert(e)
+		} else {
+			// One copy of each key for all its records, as live writes
+			// keep; the records are not shared with anyone yet.
+			r.kv.Key = e.key
 		}
 		e.recs = append(e.recs, r)
 	}
-	for _, e := range s.keys {
+	s.tree.Ascend(func(e *keyEntry) bool {
 		if r := e.latest(); r != nil {
 			s.live++
 			s.attach(e, r.kv.Lease)
 		}
-	}
+		return true
+	})
+}
+
+// lookup returns the index entry of key, or nil.
+func (s *Store) lookup(key []byte) *keyEntry {
+	e, _ := s.tree.Get(&keyEntry{key: key})
+	return e
 }
 
 // entry returns the index entry of key, creating it if needed.
 func (s *Store) entry(key []byte) *keyEntry {
-	if e := s.keys[string(key)]; e != nil {
+	if e := s.lookup(key); e != nil {
 		return e
 	}
 	e := &keyEntry{key: bytes.Clone(key)}
-	s.keys[string(e.key)] = e
 	s.tree.ReplaceOrInsert(e)
 	return e
 }
 
 func (s *Store) dropEntry(e *keyEntry) {
-	delete(s.keys, string(e.key))
 	s.tree.Delete(e)
 }
 
@@ -367,7 +372,7 @@ func (sp span) contains(k []byte) bool {
 // add or remove entries.
 func (s *Store) scan(sp span, fn func(*keyEntry) bool) {
 	if sp.single {
-		if e := s.keys[string(sp.key)]; e != nil {
+		if e := s.lookup(sp.key); e != nil {
 			fn(e)
 		}
 		return

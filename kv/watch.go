@@ -272,7 +272,7 @@ func (s *Store) catchUp(w *watcher, from int64) {
 	hist := s.log
 	if w.sp.single {
 		hist = nil
-		if e := s.keys[string(w.sp.key)]; e != nil {
+		if e := s.lookup(w.sp.key); e != nil {
 			hist = e.recs
 		}
 	}
@@ -317,7 +317,7 @@ func (s *Store) event(r *record) *mvccpb.Event {
 // history still has it.
 func (s *Store) withPrev(ev *mvccpb.Event, r *record) *mvccpb.Event {
 	out := &mvccpb.Event{Type: ev.Type, Kv: ev.Kv}
-	e := s.keys[string(r.kv.Key)]
+	e := s.lookup(r.kv.Key)
 	if e == nil {
 		return out
 	}

@@ -76,7 +76,7 @@ func checkPut(p *pb.PutRequest) error {
 // depend on the state, so they cannot be decided before.
 func (s *Store) checkPutState(p *pb.PutRequest) error {
 	if p.IgnoreValue || p.IgnoreLease {
-		e := s.keys[string(p.Key)]
+		e := s.lookup(p.Key)
 		if e == nil || e.latest() == nil {
 			return ErrKeyNotFound
 		}
@@ -174,7 +174,7 @@ func (s *Store) DeleteKeys(keys [][]byte) int64 {
 	defer s.mu.Unlock()
 	c := s.begin()
 	for _, k := range keys {
-		e := s.keys[string(k)]
+		e := s.lookup(k)
 		if e == nil {
 			continue
 		}

@@ -22,6 +22,9 @@ import (
 // asks the leader.
 var ErrNotLeader = errors.New("lessor: not the leader")
 
+// ErrTTLTooLarge refuses a grant above lease.MaxTTL.
+var ErrTTLTooLarge = errors.New("lessor: TTL is too large")
+
 // Timer is the leader's lease clock (checkpoint.Scheduler over
 // lease.Tracker). Both methods answer only on the leader and may be called
 // from any number of goroutines.
@@ -74,7 +77,7 @@ func (l *Lessor) Grant(ctx context.Context, r *pb.LeaseGrantRequest,
 	propose func(context.Context, *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error),
 ) (*pb.LeaseGrantResponse, error) {
 	if r.TTL > lease.MaxTTL {
-		return nil, rpctypes.ErrGRPCLeaseTTLTooLarge
+		return nil, ErrTTLTooLarge
 	}
 	ttl := max(r.TTL, l.minTTL)
 	for attempt := 1; ; attempt++ {

@@ -67,7 +67,7 @@ func TestGrantTTLBounds(t *testing.T) {
 		{ttl: 0, want: 2},
 		{ttl: 60, want: 60},
 		{ttl: lease.MaxTTL, want: lease.MaxTTL},
-		{ttl: lease.MaxTTL + 1, err: rpctypes.ErrGRPCLeaseTTLTooLarge},
+		{ttl: lease.MaxTTL + 1, err: ErrTTLTooLarge},
 	}
 	for _, tt := range tests {
 		g := &grants{}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // Leadership confirmation: the one linearizable-read path. A read served
@@ -87,7 +86,7 @@ func (n *Node) verifyOnce() error {
 			case <-ready:
 			case <-changed:
 			case <-deadline.C:
-				return rpctypes.ErrGRPCTimeout
+				return ErrTimeout
 			}
 		}
 		term = n.raft.CurrentTerm()

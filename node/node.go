@@ -390,6 +390,18 @@ func (n *Node) Raft() *raft.Raft { return n.raft }
 // forwards the request to the leader.
 var ErrNotLeader = errors.New("node: not the leader")
 
+// ErrLeaderChanged means a proposal was accepted by a leader that lost its
+// leadership (or began handing it over) before the entry committed: it may
+// or may not apply, as with etcd's "leader changed".
+var ErrLeaderChanged = errors.New("node: leader changed before the proposal committed")
+
+// ErrStopped means the member is shutting down.
+var ErrStopped = errors.New("node: member stopped")
+
+// ErrTimeout means a proposal could not be queued, or a leadership
+// confirmation could not finish, within the election timeout.
+var ErrTimeout = errors.New("node: request timed out")
+
 // RestoredIndex is the raft index of the snapshot WriteRestoredSnapshot
 // writes; the state in it must be as of this index.
 const RestoredIndex = 1

@@ -13,7 +13,6 @@ import (
 
 	"github.com/corenode/corenode/fsm"
 	"github.com/hashicorp/raft"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // Gate holds a leader's commands back until they may change state. The
@@ -100,11 +99,11 @@ func (n *Node) propose(ctx context.Context, op fsm.Op, data []byte) (any, error)
 			// is stored nowhere, and the request may go to whoever leads.
 			return nil, ErrNotLeader
 		case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-			return nil, rpctypes.ErrGRPCLeaderChanged
+			return nil, ErrLeaderChanged
 		case errors.Is(err, raft.ErrRaftShutdown):
-			return nil, rpctypes.ErrGRPCStopped
+			return nil, ErrStopped
 		case errors.Is(err, raft.ErrEnqueueTimeout):
-			return nil, rpctypes.ErrGRPCTimeout
+			return nil, ErrTimeout
 		}
 		return nil, fmt.Errorf("node: propose %s: %w", op, err)
 	}

@@ -186,7 +186,7 @@ func (m *Manager) current(ctx context.Context) (*term, error) {
 			return t, nil
 		}
 		if !m.node.IsLeader() {
-			return nil, rpctypes.ErrGRPCLeaderChanged
+			return nil, ErrLeaderChanged
 		}
 		select {
 		case <-ctx.Done():
@@ -229,7 +229,7 @@ func (m *Manager) Admit(ctx context.Context, op fsm.Op, data []byte) (func(), er
 	t.mu.Lock()
 	if t.ended {
 		t.mu.Unlock()
-		return nil, rpctypes.ErrGRPCLeaderChanged
+		return nil, ErrLeaderChanged
 	}
 	start := m.cfg.Clock.Now()
 	p, invs := t.table.Begin(w, store.LeaseKeys, start)
@@ -288,7 +288,7 @@ func (m *Manager) wait(ctx context.Context, t *term, p *Pending, ready <-chan st
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.ctx.Done():
-			return rpctypes.ErrGRPCLeaderChanged
+			return ErrLeaderChanged
 		}
 		m.metrics.delayed.Inc()
 		m.metrics.delay.Observe(m.cfg.Clock.Now().Sub(start).Seconds())
@@ -361,7 +361,7 @@ func (m *Manager) Serve(stream cachepb.Cache_SessionServer) error {
 	case err := <-sendErr:
 		return err
 	case <-t.ctx.Done():
-		return rpctypes.ErrGRPCLeaderChanged
+		return ErrLeaderChanged
 	}
 }
 
@@ -370,6 +370,10 @@ const maxSessionGets = 256
 
 // ErrNotLeader means the session must be served by the leader.
 var ErrNotLeader = errors.New("readlease: not the leader")
+
+// ErrLeaderChanged means the term a read or a write was gated in ended
+// before it finished; the caller retries with whoever leads now.
+var ErrLeaderChanged = errors.New("readlease: leader changed")
 
 func (m *Manager) ack(t *term, h HolderID, seq uint64) {
 	t.mu.Lock()
@@ -398,7 +402,7 @@ func (m *Manager) get(ctx context.Context, t *term, s *session, req *cachepb.Get
 			case errors.Is(err, context.DeadlineExceeded):
 				code = codes.DeadlineExceeded
 			}
-			st = status.New(code, "readlease: "+err.Error())
+			st = status.New(code, err.Error())
 		}
 		resp.Code, resp.Message = uint32(st.Code()), st.Message()
 		answer()
@@ -428,7 +432,7 @@ func (m *Manager) get(ctx context.Context, t *term, s *session, req *cachepb.Get
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.ended {
-		fail(rpctypes.ErrGRPCLeaderChanged)
+		fail(ErrLeaderChanged)
 		return
 	}
 	// Argument B: the value is read under the lock that marks writes.
@@ -479,7 +483,7 @@ func (m *Manager) recordGrants(ctx context.Context, termID uint64) error {
 	}
 	if !m.recorded(termID) {
 		// Applied under another term: leadership moved meanwhile.
-		return rpctypes.ErrGRPCLeaderChanged
+		return ErrLeaderChanged
 	}
 	return nil
 }

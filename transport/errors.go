@@ -11,6 +11,7 @@ import (
 
 	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/checkpoint"
+	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/kv"
 	"github.com/corenode/corenode/lease"
 	"github.com/corenode/corenode/lessor"
@@ -34,6 +35,12 @@ var errTable = []struct {
 	{lessor.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
 	{context.DeadlineExceeded, rpctypes.ErrGRPCTimeout},
 	{node.ErrBadTransferee, rpctypes.ErrGRPCBadLeaderTransferee},
+	{node.ErrLeaderChanged, rpctypes.ErrGRPCLeaderChanged},
+	{readlease.ErrLeaderChanged, rpctypes.ErrGRPCLeaderChanged},
+	{node.ErrStopped, rpctypes.ErrGRPCStopped},
+	{node.ErrTimeout, rpctypes.ErrGRPCTimeout},
+	{fsm.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
+	{lessor.ErrTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
 
 	{kv.ErrEmptyKey, rpctypes.ErrGRPCEmptyKey},
 	{kv.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},

@@ -156,6 +156,17 @@ func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
 
 // kaForwarder multiplexes a follower's forwarded keep-alives onto one
 // stream to the leader and routes answers back by lease ID.
+//
+// It is not proposalForwarder, on purpose. A keep-alive is idempotent and
+// touches only the leader's memory: it travels as etcd's own
+// LeaseKeepAlive on the leader's client port, is matched by lease ID, and
+// is simply sent again when a stream breaks. A proposal is a raft entry
+// whose outcome is unknown once it was handed to a stream that broke, so
+// that multiplexer numbers requests and tracks what was sent
+// (corenode.Peer/Propose). Carrying keep-alives there would need a record
+// kind an older leader does not know: during a rolling upgrade every
+// keep-alive an upgraded follower forwarded to an older leader would fail,
+// and its holders' leases would expire.
 type kaForwarder struct {
 	mu      sync.Mutex
 	conn    *grpc.ClientConn

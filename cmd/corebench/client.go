@@ -190,6 +190,20 @@ func rss(pid int) (int64, error) {
 	return 0, fmt.Errorf("pid %d has no VmRSS (a zombie or a kernel thread?)", pid)
 }
 
+// rssAll reads the resident set size of every process in pids, keyed as
+// pids is.
+func rssAll(pids map[string]int) (map[string]int64, error) {
+	out := make(map[string]int64, len(pids))
+	for ep, pid := range pids {
+		v, err := rss(pid)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", ep, err)
+		}
+		out[ep] = v
+	}
+	return out, nil
+}
+
 // heapAlloc reads go_memstats_heap_alloc_bytes from the member's /metrics
 // on its client URL (etcd and corenode both serve it there): the Go heap,
 // live objects plus garbage not yet swept, without RSS's allocator slack.

@@ -247,6 +247,9 @@ func setupWait(fs *flag.FlagSet) func(context.Context, *common) (*Result, error)
 	}
 }
 
+// readyKey is what wait writes through every member.
+const readyKey = "/corebench/ready"
+
 func ready(ctx context.Context, c *common) error {
 	var leader uint64
 	for _, st := range statusAll(ctx, c, c.endpoints, time.Second) {
@@ -266,7 +269,7 @@ func ready(ctx context.Context, c *common) error {
 			return err
 		}
 		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err = cli.Put(pctx, "/corebench/ready", ep)
+		_, err = cli.Put(pctx, readyKey, ep)
 		cancel()
 		cli.Close()
 		if err != nil {

@@ -244,17 +244,6 @@ func setupIdleMemory(fs *flag.FlagSet) func(context.Context, *common) (*Result, 
 			return nil, err
 		}
 		defer closeAll(clis)
-		readAll := func() (map[string]int64, error) {
-			out := map[string]int64{}
-			for ep, pid := range pids {
-				v, err := rss(pid)
-				if err != nil {
-					return nil, fmt.Errorf("%s: %w", ep, err)
-				}
-				out[ep] = v
-			}
-			return out, nil
-		}
 		// The heap is a second opinion only: a member without /metrics
 		// still gets its RSS measured.
 		var heapErr error
@@ -268,7 +257,7 @@ func setupIdleMemory(fs *flag.FlagSet) func(context.Context, *common) (*Result, 
 		if err := sleepCtx(ctx, *settle); err != nil {
 			return nil, err
 		}
-		before, err := readAll()
+		before, err := rssAll(pids)
 		if err != nil {
 			return nil, err
 		}
@@ -285,7 +274,7 @@ func setupIdleMemory(fs *flag.FlagSet) func(context.Context, *common) (*Result, 
 		if err := sleepCtx(ctx, *settle); err != nil {
 			return nil, err
 		}
-		after, err := readAll()
+		after, err := rssAll(pids)
 		if err != nil {
 			return nil, err
 		}

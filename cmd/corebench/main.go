@@ -41,6 +41,7 @@ var commands = []command{
 	{"expiry", "many leases due together, one key each: lag from deadline to the DELETE a watcher sees", setupExpiry},
 	{"failover", "SIGKILL the leader under continuous writes: time to the first acknowledged write (needs --pids)", setupFailover},
 	{"idle-lease-memory", "RSS growth of the members per idle lease with one key (needs --pids)", setupIdleMemory},
+	{"keys", "load --keys distinct keys: put throughput and latency while the state grows (snapshots included), RSS per key, a Range of every key (needs --pids); --verify only checks they are all there", setupKeys},
 	{"wait", "wait until every endpoint agrees on a leader and a write succeeds", setupWait},
 }
 
