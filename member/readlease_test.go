@@ -2,10 +2,12 @@ package member_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/corenode/corenode/api/cachepb"
@@ -81,14 +83,24 @@ func (s *rawSession) ack(seq uint64) {
 	}
 }
 
-// putAsync puts key=value and reports when the put returned.
+// putAsync puts key=value and reports when the put was acknowledged. A put
+// refused with "leader changed" was not acknowledged (a busy machine can
+// move leadership again while the put waits in a gate), so it is sent again,
+// as a client would: what the tests check is when a write is acknowledged.
 func putAsync(t *testing.T, cli *clientv3.Client, key, value string) <-chan time.Time {
 	done := make(chan time.Time, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		if _, err := cli.Put(ctx, key, value); err != nil {
-			t.Errorf("put %s: %v", key, err)
+		for {
+			_, err := cli.Put(ctx, key, value)
+			if errors.Is(err, rpctypes.ErrLeaderChanged) {
+				continue
+			}
+			if err != nil {
+				t.Errorf("put %s: %v", key, err)
+			}
+			break
 		}
 		done <- time.Now()
 	}()
