@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -202,6 +204,27 @@ func rssAll(pids map[string]int) (map[string]int64, error) {
 		out[ep] = v
 	}
 	return out, nil
+}
+
+// addGrowth reports how much each member's RSS grew per unit (a lease, a
+// key) between before and after, as leader_bytes_per_UNIT and
+// member_avg_bytes_per_UNIT, with one line per member in b.
+func addGrowth(r *Result, b *strings.Builder, pids map[string]int, before, after map[string]int64, leader string, units float64, unit string) {
+	var sum float64
+	for _, ep := range slices.Sorted(maps.Keys(pids)) {
+		grew := float64(after[ep] - before[ep])
+		sum += grew
+		role := "follower"
+		if endpointKey(ep) == endpointKey(leader) {
+			role = "leader"
+			r.add("leader_bytes_per_"+unit, grew/units, "bytes", "lower", true)
+		}
+		fmt.Fprintf(b, "  %-22s %-8s pid %-7d %7.1f MiB -> %7.1f MiB: %+.0f bytes/%s\n",
+			ep, role, pids[ep], float64(before[ep])/(1<<20), float64(after[ep])/(1<<20), grew/units, unit)
+	}
+	avg := sum / units / float64(len(pids))
+	r.add("member_avg_bytes_per_"+unit, avg, "bytes", "lower", true)
+	fmt.Fprintf(b, "average per member: %.0f bytes/%s\n", avg, unit)
 }
 
 // heapAlloc reads go_memstats_heap_alloc_bytes from the member's /metrics

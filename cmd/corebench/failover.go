@@ -32,11 +32,7 @@ func setupFailover(fs *flag.FlagSet) func(context.Context, *common) (*Result, er
 	valSize := fs.Int("val-size", 256, "value size in bytes")
 	probeEvery := fs.Duration("probe-interval", 10*time.Millisecond, "start a probe write this often, each with --max-wait to finish")
 	return func(ctx context.Context, c *common) (*Result, error) {
-		pids, err := c.pidsFor(c.endpoints)
-		if err != nil {
-			return nil, err
-		}
-		old, err := findLeader(ctx, c, c.endpoints)
+		pids, old, err := c.membersAndLeader(ctx)
 		if err != nil {
 			return nil, err
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -42,11 +41,7 @@ func setupKeys(fs *flag.FlagSet) func(context.Context, *common) (*Result, error)
 		if *verify {
 			return nil, countKeys(ctx, clis[0], *n, k)
 		}
-		pids, err := c.pidsFor(c.endpoints)
-		if err != nil {
-			return nil, err
-		}
-		leader, err := findLeader(ctx, c, c.endpoints)
+		pids, leader, err := c.membersAndLeader(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -80,27 +75,8 @@ func setupKeys(fs *flag.FlagSet) func(context.Context, *common) (*Result, error)
 		fmt.Fprintf(&b, "%d keys of %d bytes with %d-byte values, written in %.1fs\n", *n, k.keySize, k.valSize, s.Wall.Seconds())
 		s.writeSummary(&b, "Requests")
 		fmt.Fprintf(&b, "\nRSS after %v settling:\n", *settle)
-		eps := make([]string, 0, len(pids))
-		for ep := range pids {
-			eps = append(eps, ep)
-		}
-		slices.Sort(eps)
-		var sum float64
-		for _, ep := range eps {
-			grew := float64(after[ep] - before[ep])
-			sum += grew
-			role := "follower"
-			if endpointKey(ep) == endpointKey(leader.endpoint) {
-				role = "leader"
-				r.add("leader_bytes_per_key", grew/float64(*n), "bytes", "lower", true)
-			}
-			fmt.Fprintf(&b, "  %-22s %-8s %7.1f MiB -> %7.1f MiB: %+.0f bytes/key\n",
-				ep, role, float64(before[ep])/(1<<20), float64(after[ep])/(1<<20), grew/float64(*n))
-		}
-		perKey := sum / float64(*n) / float64(len(pids))
-		r.add("member_avg_bytes_per_key", perKey, "bytes", "lower", true)
+		addGrowth(r, &b, pids, before, after, leader.endpoint, float64(*n), "key")
 		r.add("member_avg_rss_mib", float64(sumOf(after))/float64(len(after))/(1<<20), "MiB", "lower", false)
-		fmt.Fprintf(&b, "average per member: %.0f bytes/key\n", perKey)
 
 		start := time.Now()
 		if err := countKeys(ctx, clis[0], *n, k); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -231,11 +230,7 @@ func setupIdleMemory(fs *flag.FlagSet) func(context.Context, *common) (*Result, 
 		if n < 1 {
 			return nil, errors.New("--leases must be positive")
 		}
-		pids, err := c.pidsFor(c.endpoints)
-		if err != nil {
-			return nil, err
-		}
-		leader, err := findLeader(ctx, c, c.endpoints)
+		pids, leader, err := c.membersAndLeader(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -288,26 +283,8 @@ func setupIdleMemory(fs *flag.FlagSet) func(context.Context, *common) (*Result, 
 		var b strings.Builder
 		fmt.Fprintf(&b, "%d leases with one 26-byte key and a 13-byte value each, granted in %.2fs (%d failed); RSS after %v settling:\n",
 			s.Count(), s.Wall.Seconds(), s.NErr, *settle)
-		var sum float64
-		eps := make([]string, 0, len(pids))
-		for ep := range pids {
-			eps = append(eps, ep)
-		}
-		slices.Sort(eps)
-		for _, ep := range eps {
-			grew := float64(after[ep] - before[ep])
-			sum += grew
-			role := "follower"
-			if endpointKey(ep) == endpointKey(leader.endpoint) {
-				role = "leader"
-				r.add("leader_bytes_per_lease", grew/ok, "bytes", "lower", true)
-			}
-			fmt.Fprintf(&b, "  %-22s %-8s pid %-7d %7.1f MiB -> %7.1f MiB: %+.0f bytes/lease\n",
-				ep, role, pids[ep], float64(before[ep])/(1<<20), float64(after[ep])/(1<<20), grew/ok)
-		}
-		r.add("member_avg_bytes_per_lease", sum/ok/float64(len(pids)), "bytes", "lower", true)
+		addGrowth(r, &b, pids, before, after, leader.endpoint, ok, "lease")
 		r.add("grant_put_rps", s.RPS(), "req/s", "higher", false)
-		fmt.Fprintf(&b, "average per member: %.0f bytes/lease\n", sum/ok/float64(len(pids)))
 		if heapErr == nil {
 			r.add("leader_heap_bytes_per_lease", (heapAfter-heapBefore)/ok, "bytes", "lower", true)
 			fmt.Fprintf(&b, "leader's Go heap (go_memstats_heap_alloc_bytes, includes unswept garbage): %.1f MiB -> %.1f MiB: %+.0f bytes/lease\n",

@@ -205,6 +205,20 @@ func endpointKey(ep string) string {
 	return strings.TrimSuffix(ep, "/")
 }
 
+// membersAndLeader returns the pid of every endpoint and the current
+// leader: what the workloads that read /proc or kill the leader start from.
+func (c *common) membersAndLeader(ctx context.Context) (map[string]int, memberStatus, error) {
+	pids, err := c.pidsFor(c.endpoints)
+	if err != nil {
+		return nil, memberStatus{}, err
+	}
+	leader, err := findLeader(ctx, c, c.endpoints)
+	if err != nil {
+		return nil, memberStatus{}, err
+	}
+	return pids, leader, nil
+}
+
 // pidsFor returns the pid of every endpoint, or an error naming the
 // endpoints --pids does not cover.
 func (c *common) pidsFor(endpoints []string) (map[string]int, error) {
