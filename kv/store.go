@@ -148,7 +148,7 @@ type Store struct {
 	log []*record
 	// tree is the key index: every key with a retained record, in order.
 	// Point lookups go through it too: a hash map beside it made them
-	// about 200 ns faster but cost about 50 bytes per key, more than a
+	// about 400 ns faster but cost about 50 bytes per key, more than a
 	// tenth of a member's memory at a million keys (docs/BENCHMARKS.md,
 	// "A million keys").
 	tree *btree.BTreeG[*keyEntry]

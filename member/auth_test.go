@@ -56,6 +56,23 @@ func TestAuthMatrixMatchesEtcd(t *testing.T) {
 	t.Run("jwt", func(t *testing.T) { testAuthMatrix(t, membertest.WithJWT(t)) })
 }
 
+// authCluster starts 3 members with opts and the matrix's users, roles and
+// auth enabled (authmatrix.Setup), and returns the cluster, its leader and
+// a client config for every endpoint.
+func authCluster(t *testing.T, opts ...membertest.Option) (*membertest.Cluster, int, clientv3.Config) {
+	t.Helper()
+	c := membertest.New(t, 3, append(opts, cheapBcrypt)...)
+	t.Cleanup(c.Close)
+	leader := c.WaitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
+	if _, _, err := authmatrix.Setup(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return c, leader, cfg
+}
+
 func testAuthMatrix(t *testing.T, opts ...membertest.Option) {
 	c := membertest.New(t, 3, append(opts, cheapBcrypt)...)
 	defer c.Close()
@@ -100,15 +117,9 @@ func testAuthMatrix(t *testing.T, opts ...membertest.Option) {
 // replicated state, carried by snapshots and a whole-cluster restart; a
 // member that joins from a snapshot enforces them too.
 func TestAuthSurvivesSnapshotAndRestart(t *testing.T) {
-	c := membertest.New(t, 3, cheapBcrypt, membertest.WithConfig(func(_ int, cfg *member.Config) { cfg.SnapshotCount = 20 }))
-	defer c.Close()
-	c.WaitLeader()
+	c, _, cfg := authCluster(t, membertest.WithConfig(func(_ int, cfg *member.Config) { cfg.SnapshotCount = 20 }))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cfg := clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
-	if _, _, err := authmatrix.Setup(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
 	rcli := loginAs(t, cfg, "root", "rootpw")
 	defer rcli.Close()
 	// Enough writes for every member to snapshot and truncate its log past
@@ -148,15 +159,9 @@ func TestAuthSurvivesSnapshotAndRestart(t *testing.T) {
 // password changes and when auth is disabled and enabled again, as in etcd;
 // a revoked permission applies to a token issued before the revocation.
 func TestAuthTokenInvalidation(t *testing.T) {
-	c := membertest.New(t, 3, cheapBcrypt)
-	defer c.Close()
-	leader := c.WaitLeader()
+	c, leader, _ := authCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg := clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
-	if _, _, err := authmatrix.Setup(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
 	cli := c.Client((leader + 1) % 3) // a raw client: the token is ours to send
 	login := func(name, password string) context.Context {
 		t.Helper()
@@ -229,15 +234,9 @@ func TestAuthTokenInvalidation(t *testing.T) {
 // retires it with etcd's "revision in header is old", which clientv3
 // answers by logging in again.
 func TestJWTTokens(t *testing.T) {
-	c := membertest.New(t, 3, cheapBcrypt, membertest.WithJWT(t))
-	defer c.Close()
-	leader := c.WaitLeader()
+	c, leader, cfg := authCluster(t, membertest.WithJWT(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cfg := clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}
-	if _, _, err := authmatrix.Setup(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
 	cli := c.Client(leader)
 	resp, err := cli.Auth.Authenticate(ctx, "alice", "pw")
 	if err != nil {

@@ -157,16 +157,23 @@ func TestDiskFullFollower(t *testing.T) {
 	}
 }
 
-func testDiskFullFollower(t *testing.T, leave int64) {
-	const full = 2
+// fullDiskCluster starts n members, each with its own metrics registry,
+// member full's data dir on a tmpfs of tmpfsBytes, and returns that dir.
+func fullDiskCluster(t *testing.T, n, full int) (*membertest.Cluster, string) {
 	var dir string
-	c := membertest.New(t, 3, membertest.WithConfig(func(i int, cfg *member.Config) {
+	c := membertest.New(t, n, membertest.WithConfig(func(i int, cfg *member.Config) {
 		cfg.Metrics = prometheus.NewRegistry()
 		if i == full {
 			dir = cfg.DataDir
 			mountTmpfs(t, dir, tmpfsBytes)
 		}
 	}))
+	return c, dir
+}
+
+func testDiskFullFollower(t *testing.T, leave int64) {
+	const full = 2
+	c, dir := fullDiskCluster(t, 3, full)
 	ctx := ctxT(t)
 	leader := c.WaitLeader()
 	if leader == full {
@@ -228,12 +235,7 @@ func TestDiskFullLoneMember(t *testing.T) {
 }
 
 func testDiskFullLoneMember(t *testing.T, leave int64) {
-	var dir string
-	c := membertest.New(t, 1, membertest.WithConfig(func(i int, cfg *member.Config) {
-		cfg.Metrics = prometheus.NewRegistry()
-		dir = cfg.DataDir
-		mountTmpfs(t, dir, tmpfsBytes)
-	}))
+	c, dir := fullDiskCluster(t, 1, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	n := c.Members[0].Node()
@@ -340,14 +342,7 @@ func TestDiskFullLeader(t *testing.T) {
 
 func testDiskFullLeader(t *testing.T, leave int64) {
 	const full = 0
-	var dir string
-	c := membertest.New(t, 3, membertest.WithConfig(func(i int, cfg *member.Config) {
-		cfg.Metrics = prometheus.NewRegistry()
-		if i == full {
-			dir = cfg.DataDir
-			mountTmpfs(t, dir, tmpfsBytes)
-		}
-	}))
+	c, dir := fullDiskCluster(t, 3, full)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if leader := c.WaitLeader(); leader != full {

@@ -49,9 +49,18 @@ func WithTLS(client, peer member.TLSInfo, dial *tls.Config) Option {
 	return func(o *options) { o.scheme, o.clientTLS, o.peerTLS, o.dialTLS = "https", client, peer, dial }
 }
 
-// WithConfig edits each member's configuration before it starts.
+// WithConfig edits each member's configuration before it starts. Several
+// apply in the order given, each on what the ones before it left.
 func WithConfig(f func(i int, cfg *member.Config)) Option {
-	return func(o *options) { o.configure = f }
+	return func(o *options) {
+		prev := o.configure
+		o.configure = func(i int, cfg *member.Config) {
+			if prev != nil {
+				prev(i, cfg)
+			}
+			f(i, cfg)
+		}
+	}
 }
 
 // ElectionTimeout used by test clusters: short, so failover tests are quick,
