@@ -199,6 +199,18 @@ func testDiskFullFollower(t *testing.T, leave int64) {
 		}
 	}
 	assertStoppedByFullDisk(t, c, full, leader, term)
+	// Leadership cannot move to it, and trying leaves the leader in place:
+	// the member cannot take the entries it lacks, so the transfer runs out
+	// of time (etcd's "leader transfer took too long"); had it caught up,
+	// it would refuse the leader's TimeoutNow (etcd's "bad leader
+	// transferee") rather than campaign on a disk that cannot store it.
+	_, err := cli.MoveLeader(ctx, c.Members[full].ID())
+	if err == nil || (!errors.Is(err, rpctypes.ErrGRPCBadLeaderTransferee) && !strings.Contains(err.Error(), "leader transfer took too long")) {
+		t.Fatalf("move leadership to member %d with its disk full: %v, want etcd's refusal", full, err)
+	}
+	if got := ln.Term(); got != term || !ln.IsLeader() {
+		t.Fatalf("the leader's term went from %d to %d (still leading: %v) after a transfer to the full member", term, got, ln.IsLeader())
+	}
 	// raft's leader retries a follower whose appends failed with a backoff
 	// of up to about 10 s, so catching up may take that long.
 	freeAndCatchUp(ctx, t, c, full, leader, junk, 20*time.Second)

@@ -17,7 +17,10 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
+	waltypes "github.com/hashicorp/raft-wal/types"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/bbolt"
 )
@@ -458,6 +461,12 @@ func openWAL(dir string, logger hclog.Logger) (walStore, error) {
 	// (reopenableStore) would wait on that lock forever, as raft-wal opens
 	// it with no timeout. Passing the meta database in lets this close it.
 	meta := &metadb.BoltMetaDB{}
+	err = finishRotation(dir, meta, logger)
+	if err != nil {
+		meta.Close()
+		lastFile.Close()
+		return walStore{}, err
+	}
 	w, err := wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(logger), wal.WithMetaStore(meta))
 	if err != nil {
 		meta.Close()
@@ -474,6 +483,67 @@ func openWAL(dir string, logger hclog.Logger) (walStore, error) {
 			"(raft-wal stopped reading the newest segment at a frame it could not parse)", errLogShortened, got, written)
 	}
 	return s, nil
+}
+
+// finishRotation completes a segment rotation that raft-wal 0.4.2 left
+// half done, before raft-wal opens the log.
+//
+// raft-wal rotates in two steps: the full segment's last append also
+// writes its index and seals the file, then the meta database records the
+// segment as sealed and the next one as the tail. A crash or a failed meta
+// write between the two (a full disk) leaves the meta database calling the
+// sealed file the open tail. raft-wal's Open recovers that file as the
+// tail, finds it sealed, and every append after it fails with "segment is
+// sealed", across reopens and restarts, though the comment in its
+// runRotate says recovery handles the case. This records what the
+// rotation would have: the tail sealed at its last entry and its index,
+// and an empty next segment, which raft-wal's Open then creates as it does
+// after a crash that cut a rotation short after the meta write. The
+// sealed file's entries are read back through its index by verifyLog, so
+// a seal that was itself torn is reported as a damaged log.
+//
+// meta is left open for wal.Open to use.
+func finishRotation(dir string, meta *metadb.BoltMetaDB, logger hclog.Logger) error {
+	st, err := meta.Load(dir)
+	if err != nil {
+		return err
+	}
+	n := len(st.Segments)
+	if n == 0 || !st.Segments[n-1].SealTime.IsZero() {
+		return nil
+	}
+	tail := st.Segments[n-1]
+	w, err := segment.NewFiler(dir, walfs.New()).RecoverTail(tail)
+	if err != nil {
+		// A missing tail file is raft-wal's to create; any other failure
+		// is raft-wal's to report, as its Open meets it too.
+		return nil
+	}
+	sealed, indexStart, err := w.Sealed()
+	last := w.LastIndex()
+	w.Close()
+	// A seal always follows an append, so a sealed tail holds entries.
+	if err != nil || !sealed || last < tail.BaseIndex {
+		return nil
+	}
+	now := time.Now()
+	tail.SealTime, tail.MaxIndex, tail.IndexStart = now, last, indexStart
+	st.Segments[n-1] = tail
+	st.Segments = append(st.Segments, waltypes.SegmentInfo{
+		ID:         st.NextSegmentID,
+		BaseIndex:  last + 1,
+		MinIndex:   last + 1,
+		SizeLimit:  walSegmentSize,
+		Codec:      wal.CodecBinaryV1,
+		CreateTime: now,
+	})
+	st.NextSegmentID++
+	if err := meta.CommitState(st); err != nil {
+		return fmt.Errorf("record the sealed wal segment %d (entries %d..%d) in %s: %w", tail.ID, tail.MinIndex, last, walMetaFile, err)
+	}
+	logger.Warn("finished a wal segment rotation that was cut short: the sealed segment is recorded and appends go to a new one",
+		"segment", tail.ID, "last-index", last)
+	return nil
 }
 
 // errEntryChecksum is a wal entry whose bytes differ from those written.

@@ -17,6 +17,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	wal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
+	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -427,5 +430,56 @@ func TestWALFailedOpenReleasesMetaDB(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("open after the repair waits on the lock the failed open kept")
+	}
+}
+
+// TestWALRotationCutShort: a segment sealed on disk whose rotation never
+// reached the meta database (a crash, or a meta write that failed on a
+// full disk) takes appends again when the log opens, and keeps every entry.
+// raft-wal 0.4.2 alone refuses every append to it with "segment is
+// sealed", across restarts.
+func TestWALRotationCutShort(t *testing.T) {
+	dir := writeStore(t, LogStoreWAL, 20)
+	wdir := filepath.Join(dir, walDir)
+
+	// Seal the tail as a rotation's last append does, and stop there.
+	meta := &metadb.BoltMetaDB{}
+	st, err := meta.Load(wdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta.Close()
+	tail := st.Segments[len(st.Segments)-1]
+	w, err := segment.NewFiler(wdir, walfs.New()).RecoverTail(tail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.ForceSeal(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+
+	s, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatalf("open with the rotation cut short: %v", err)
+	}
+	for i := uint64(21); i <= 25; i++ {
+		if err := s.StoreLogs([]*raft.Log{{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte("x")}}); err != nil {
+			t.Fatalf("append %d after the rotation was finished: %v", i, err)
+		}
+	}
+	s.Close()
+	s, err = openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	first, _ := s.FirstIndex()
+	last, _ := s.LastIndex()
+	if first != 1 || last != 25 {
+		t.Fatalf("log %d..%d after the repair, want 1..25", first, last)
+	}
+	if segs, _ := filepath.Glob(filepath.Join(wdir, "*.wal")); len(segs) != 2 {
+		t.Fatalf("%d segment files, want the sealed one and its successor", len(segs))
 	}
 }

@@ -91,14 +91,28 @@ func (n *Node) TransferLeadership(id uint64) error {
 	for _, s := range f.Configuration().Servers {
 		if s.ID == ServerID(id) {
 			if err := n.raft.LeadershipTransferToServer(s.ID, s.Address).Error(); err != nil {
+				// raft gives both as text: the transferee's refusal crossed
+				// the network, and the timeout has no sentinel (raft.go:730).
+				switch {
+				case strings.Contains(err.Error(), ErrTransfereeCannotPersist.Error()):
+					return fmt.Errorf("%w: member %x: %w", ErrBadTransferee, id, ErrTransfereeCannotPersist)
+				case strings.Contains(err.Error(), "leadership transfer timeout"):
+					return fmt.Errorf("%w: member %x did not catch up and win an election within the election timeout", ErrTransferTimeout, id)
+				}
 				return fmt.Errorf("node: transfer leadership to %x: %w", id, err)
 			}
 			return nil
 		}
 	}
-	return ErrBadTransferee
+	return fmt.Errorf("%w: member %x is not in the cluster", ErrBadTransferee, id)
 }
 
 // ErrBadTransferee refuses to move leadership to a member the cluster does
-// not have (etcd's "bad leader transferee").
-var ErrBadTransferee = errors.New("node: leadership transfer to a member the cluster does not have")
+// not have, or to one that cannot persist its raft state (etcd's "bad
+// leader transferee").
+var ErrBadTransferee = errors.New("node: bad leadership transferee")
+
+// ErrTransferTimeout is a leadership transfer that did not complete within
+// the election timeout (etcd's "leader transfer took too long"); the leader
+// still leads.
+var ErrTransferTimeout = errors.New("node: leadership transfer timed out")

@@ -27,6 +27,14 @@ import (
 //     request as refused (preElectSelf, raft.go:2050), so a candidacy that
 //     could only end in a failed append never gets past its pre-vote, and
 //     the term the others hold is left alone.
+//   - While this member cannot persist it also refuses a leader's
+//     TimeoutNow (a leadership transfer to it). raft would answer it by
+//     campaigning at once, without a pre-vote (runCandidate, raft.go:336),
+//     and the term write of that campaign waits for the disk
+//     (guardedStable), holding raft's main goroutine: the member would
+//     neither follow nor lead until the disk came back, and would then
+//     depose the leader one term higher. Refused, the leader's transfer
+//     fails at once with this member's reason (TransferLeadership).
 //
 // It relies on two behaviours of hashicorp/raft 1.7, each covered by a
 // test in replication_test.go: a heartbeat is an append with no entries,
@@ -37,9 +45,16 @@ import (
 // Concurrency: raft calls the Transport methods from its replication,
 // heartbeat and main goroutines at once; the commit tellers call
 // AppendEntries and progress from their own goroutines. mu guards peers.
+// Consumer starts one goroutine, which passes the received RPCs on to raft
+// and ends when raft closes the transport (Close).
 type replication struct {
 	raft.Transport
 	storage *storageState
+
+	consumeOnce sync.Once
+	consumer    chan raft.RPC
+	closeOnce   sync.Once
+	closed      chan struct{}
 
 	mu    sync.Mutex
 	peers map[raft.ServerID]*peerProgress
@@ -64,7 +79,43 @@ type peerProgress struct {
 }
 
 func newReplication(t raft.Transport, storage *storageState) *replication {
-	return &replication{Transport: t, storage: storage, peers: map[raft.ServerID]*peerProgress{}}
+	return &replication{Transport: t, storage: storage, peers: map[raft.ServerID]*peerProgress{},
+		consumer: make(chan raft.RPC), closed: make(chan struct{})}
+}
+
+// ErrTransfereeCannotPersist is a member's refusal of a leadership
+// transfer while it cannot persist its raft state. It crosses the network
+// as text (raft's transports carry an error's message only), so
+// TransferLeadership recognises it by its message.
+var ErrTransfereeCannotPersist = errors.New("node: the transferee cannot persist its raft state")
+
+// Consumer is raft's stream of received RPCs: the wrapped transport's,
+// less the TimeoutNow requests this member refuses (see replication). raft
+// calls it once, in NewRaft.
+func (r *replication) Consumer() <-chan raft.RPC {
+	r.consumeOnce.Do(func() { go r.consume(r.Transport.Consumer()) })
+	return r.consumer
+}
+
+func (r *replication) consume(in <-chan raft.RPC) {
+	for {
+		var rpc raft.RPC
+		select {
+		case rpc = <-in:
+		case <-r.closed:
+			return
+		}
+		if _, ok := rpc.Command.(*raft.TimeoutNowRequest); ok && r.storage.failed.Load() {
+			rpc.Respond(&raft.TimeoutNowResponse{}, ErrTransfereeCannotPersist)
+			continue
+		}
+		select {
+		case r.consumer <- rpc:
+		case <-r.closed:
+			rpc.Respond(nil, raft.ErrTransportShutdown)
+			return
+		}
+	}
 }
 
 // errNoCampaign fails the vote requests of a member that cannot persist.
@@ -177,6 +228,7 @@ func (r *replication) RequestPreVote(id raft.ServerID, target raft.ServerAddress
 // Close closes the wrapped transport when it can be closed (raft closes
 // its transport on shutdown).
 func (r *replication) Close() error {
+	r.closeOnce.Do(func() { close(r.closed) })
 	if c, ok := r.Transport.(raft.WithClose); ok {
 		return c.Close()
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -257,6 +258,58 @@ func TestNoVoteRequestsWhileUnwritable(t *testing.T) {
 	s.clear(quiet)
 	if err := r.RequestPreVote("b", "b", &raft.RequestPreVoteRequest{}, &raft.RequestPreVoteResponse{}); errors.Is(err, errNoCampaign) {
 		t.Fatalf("pre-vote request refused after the disk recovered")
+	}
+}
+
+// TestTimeoutNowRefusedWhileUnwritable: a member that cannot persist
+// answers a leader's TimeoutNow with its reason instead of handing it to
+// raft, which would campaign at once and hold its main goroutine on the
+// term write; with the disk back, TimeoutNow reaches raft again.
+func TestTimeoutNowRefusedWhileUnwritable(t *testing.T) {
+	addrA, a := raft.NewInmemTransport("a")
+	addrB, b := raft.NewInmemTransport("b")
+	a.Connect(addrB, b)
+	b.Connect(addrA, a)
+	s := new(storageState)
+	r := newReplication(b, s)
+	defer r.Close()
+	consumer := r.Consumer()
+
+	s.fail(quiet, "append to the raft log", errDiskFull)
+	err := a.TimeoutNow("b", addrB, &raft.TimeoutNowRequest{}, &raft.TimeoutNowResponse{})
+	if err == nil || !strings.Contains(err.Error(), ErrTransfereeCannotPersist.Error()) {
+		t.Fatalf("TimeoutNow to a member that cannot persist: %v, want its refusal", err)
+	}
+	select {
+	case rpc := <-consumer:
+		t.Fatalf("raft received %T while the member could not persist", rpc.Command)
+	default:
+	}
+	// Other RPCs still reach raft: the member follows while it cannot lead.
+	answered := make(chan error, 1)
+	go func() {
+		answered <- a.AppendEntries("b", addrB, &raft.AppendEntriesRequest{Term: 1}, &raft.AppendEntriesResponse{})
+	}()
+	rpc := <-consumer
+	if _, ok := rpc.Command.(*raft.AppendEntriesRequest); !ok {
+		t.Fatalf("raft received %T, want the append", rpc.Command)
+	}
+	rpc.Respond(&raft.AppendEntriesResponse{}, nil)
+	if err := <-answered; err != nil {
+		t.Fatal(err)
+	}
+
+	s.clear(quiet)
+	go func() {
+		answered <- a.TimeoutNow("b", addrB, &raft.TimeoutNowRequest{}, &raft.TimeoutNowResponse{})
+	}()
+	rpc = <-consumer
+	if _, ok := rpc.Command.(*raft.TimeoutNowRequest); !ok {
+		t.Fatalf("raft received %T, want the TimeoutNow", rpc.Command)
+	}
+	rpc.Respond(&raft.TimeoutNowResponse{}, nil)
+	if err := <-answered; err != nil {
+		t.Fatal(err)
 	}
 }
 

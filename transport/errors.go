@@ -35,6 +35,7 @@ var errTable = []struct {
 	{lessor.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
 	{context.DeadlineExceeded, rpctypes.ErrGRPCTimeout},
 	{node.ErrBadTransferee, rpctypes.ErrGRPCBadLeaderTransferee},
+	{node.ErrTransferTimeout, errGRPCTimeoutLeaderTransfer},
 	{node.ErrLeaderChanged, rpctypes.ErrGRPCLeaderChanged},
 	{readlease.ErrLeaderChanged, rpctypes.ErrGRPCLeaderChanged},
 	{node.ErrStopped, rpctypes.ErrGRPCStopped},
@@ -73,6 +74,12 @@ var errTable = []struct {
 	{auth.ErrInvalidAuthToken, rpctypes.ErrGRPCInvalidAuthToken},
 	{auth.ErrInvalidAuthMgmt, rpctypes.ErrGRPCInvalidAuthMgmt},
 }
+
+// errGRPCTimeoutLeaderTransfer is what etcd answers a MoveLeader that took
+// too long: its ErrTimeoutLeaderTransfer has no entry in etcd's gRPC error
+// map (rpctypes has no status for it), so it goes out as codes.Unknown with
+// etcd's text.
+var errGRPCTimeoutLeaderTransfer = status.Error(codes.Unknown, "etcdserver: request timed out, leader transfer took too long")
 
 // mapErr turns an error from below the edge into the gRPC error etcd
 // sends: through errTable, a cancelled request as codes.Canceled, anything
