@@ -112,6 +112,10 @@ type Config struct {
 	// of the key space and raises CORRUPT for one that differs from the
 	// majority (package integrity); zero turns the check off.
 	CorruptCheckTime time.Duration
+	// LogVerifyInterval is how often the leader appends a raft log
+	// verification checkpoint (node.Config.LogVerifyInterval); zero means
+	// node.DefaultLogVerifyInterval.
+	LogVerifyInterval time.Duration
 
 	// ReadLeaseDuration is the read lease the leader grants to cache
 	// sessions (package readlease): zero means DefaultReadLeaseDuration, less
@@ -356,6 +360,7 @@ func Start(cfg Config) (*Member, error) {
 		RaftLog:           cfg.RaftLog,
 		Metrics:           cfg.Metrics,
 		Auth:              auth.New(auth.Config{Tokens: cfg.AuthTokens, TokenTTL: cfg.AuthTokenTTL, BcryptCost: cfg.BcryptCost}),
+		LogVerifyInterval: cfg.LogVerifyInterval,
 	})
 	if err != nil {
 		return nil, err

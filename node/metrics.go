@@ -15,6 +15,7 @@ type metrics struct {
 	applyLatency  prometheus.Histogram
 	fsync         prometheus.Histogram
 	leaderChanges prometheus.Counter
+	verifications *prometheus.CounterVec
 }
 
 // latencyBuckets span a loopback commit (sub-millisecond) to a stalled disk.
@@ -32,6 +33,7 @@ func newMetrics() *metrics {
 			Help: "Time to append a batch of log entries to the raft log, including its fsync.", Buckets: latencyBuckets}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_raft_leader_changes_total",
 			Help: "Leader changes this member has seen."}),
+		verifications: newVerificationsCounter(),
 	}
 }
 
@@ -46,7 +48,7 @@ func (m *metrics) register(reg prometheus.Registerer, n *Node) {
 		}
 		return 0
 	}
-	reg.MustRegister(m.proposals, m.proposalsFail, m.applyLatency, m.fsync, m.leaderChanges,
+	reg.MustRegister(m.proposals, m.proposalsFail, m.applyLatency, m.fsync, m.leaderChanges, m.verifications,
 		gauge("corenode_raft_has_leader", "1 if this member knows a leader.", func() float64 {
 			_, id := n.leader()
 			return boolean(id != "")

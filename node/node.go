@@ -72,6 +72,9 @@ type Config struct {
 	// StorageProbeInterval is how often a member that cannot persist its
 	// raft state (a full disk) tries the disk again; zero means 1 s.
 	StorageProbeInterval time.Duration
+	// LogVerifyInterval is how often the leader appends a log verification
+	// checkpoint (logverify.go); zero means DefaultLogVerifyInterval.
+	LogVerifyInterval time.Duration
 
 	Logger *slog.Logger
 	// RaftLog receives hashicorp/raft's own warnings; nil means stderr.
@@ -115,7 +118,9 @@ type Node struct {
 	storeKind string
 	snaps     *snapshotStore
 	logs      raft.LogStore
-	repl      *replication
+	// verifier checks the log against the leader's checkpoints (logverify.go).
+	verifier *verifiedLog
+	repl     *replication
 	// storage says whether the raft state can be written (storage.go).
 	storage storageState
 	// ticker paces the storage probe; tests replace it.
@@ -203,6 +208,9 @@ func New(cfg Config) (*Node, error) {
 	if cfg.StorageProbeInterval == 0 {
 		cfg.StorageProbeInterval = defaultStorageProbeInterval
 	}
+	if cfg.LogVerifyInterval == 0 {
+		cfg.LogVerifyInterval = DefaultLogVerifyInterval
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
@@ -236,9 +244,11 @@ func New(cfg Config) (*Node, error) {
 		stores.Close()
 		return nil, fmt.Errorf("node: %w", &CorruptLogError{DataDir: cfg.DataDir, Store: kind, ID: cfg.ID, Err: err})
 	}
-	logs, err := raft.NewLogCache(1024, timedLogStore{n.store, n.metrics.fsync})
+	n.verifier = n.newVerifiedLog(timedLogStore{n.store, n.metrics.fsync})
+	logs, err := raft.NewLogCache(1024, n.verifier)
 	n.logs = logs
 	if err != nil {
+		n.verifier.Close()
 		stores.Close()
 		return nil, fmt.Errorf("node: log cache: %w", err)
 	}
@@ -254,12 +264,14 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Bootstrap {
 		has, err := raft.HasExistingState(raftLogs, stable, snaps)
 		if err != nil {
+			n.verifier.Close()
 			stores.Close()
 			return nil, fmt.Errorf("node: inspect raft state: %w", err)
 		}
 		if !has {
 			if err := raft.BootstrapCluster(rc, raftLogs, stable, snaps, n.repl,
 				raft.Configuration{Servers: cfg.InitialMembers}); err != nil {
+				n.verifier.Close()
 				stores.Close()
 				return nil, fmt.Errorf("node: bootstrap: %w", err)
 			}
@@ -272,16 +284,19 @@ func New(cfg Config) (*Node, error) {
 	stable.running.Store(true)
 	r, err := raft.NewRaft(rc, n.fsm, raftLogs, stable, snaps, n.repl)
 	if err != nil {
+		n.verifier.Close()
 		stores.Close()
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}
 	campaigning := func() bool { return r.State() == raft.Candidate }
 	stable.candidate.Store(&campaigning)
 	n.raft = r
+	n.services = append(n.services, checkpointer{n})
 	n.prober = heartbeatProber{n}
 	n.notify = notify
 	if in, known := n.inConfiguration(); known && !in {
 		r.Shutdown()
+		n.verifier.Close()
 		stores.Close()
 		return nil, ErrRemoved
 	}
@@ -338,6 +353,7 @@ func (n *Node) Close() error {
 			n.closeErr = fmt.Errorf("node: raft shutdown: %w", err)
 		}
 		n.done.Wait()
+		n.verifier.Close()
 		if err := n.store.Close(); err != nil && n.closeErr == nil {
 			n.closeErr = fmt.Errorf("node: close raft log: %w", err)
 		}

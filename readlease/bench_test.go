@@ -33,3 +33,27 @@ func BenchmarkTableMemory(b *testing.B) {
 	}
 	b.ReportMetric(perKey, "B/lease")
 }
+
+// BenchmarkBeginRange is a range write's admission with 100,000 leases
+// held: it visits the ten keys in its range (holder 1 answers, so the
+// leases are granted again for the next round).
+func BenchmarkBeginRange(b *testing.B) {
+	const n = 100_000
+	tb := NewTable(dur, Limits{MaxKeys: n, MaxHoldersPerKey: 1}, t0)
+	tb.AddHolder(1)
+	for i := range n {
+		tb.Grant(1, []byte(fmt.Sprintf("/config/key-%05d", i)), 0, t0)
+	}
+	w := Write{Ranges: [][2][]byte{{[]byte("/config/key-05000"), []byte("/config/key-05010")}}}
+	for b.Loop() {
+		p, invs := tb.Begin(w, noLeaseKeys, t0)
+		if len(invs) != 1 || len(invs[0].Keys) != 10 {
+			b.Fatalf("invalidations %v, want one of 10 keys", invs)
+		}
+		tb.Ack(1, invs[0].Seq)
+		tb.End(p)
+		for i := 5000; i < 5010; i++ {
+			tb.Grant(1, []byte(fmt.Sprintf("/config/key-%05d", i)), 0, t0)
+		}
+	}
+}

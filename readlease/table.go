@@ -35,6 +35,8 @@ package readlease
 import (
 	"bytes"
 	"time"
+
+	"github.com/google/btree"
 )
 
 // HolderID names one client session on the leader.
@@ -56,12 +58,7 @@ type Write struct {
 // Empty reports whether the write touches nothing a lease could cover.
 func (w Write) Empty() bool { return len(w.Keys) == 0 && len(w.Ranges) == 0 && len(w.Leases) == 0 }
 
-func (w Write) covers(key []byte) bool {
-	for _, k := range w.Keys {
-		if bytes.Equal(k, key) {
-			return true
-		}
-	}
+func (w Write) coversByRange(key []byte) bool {
 	for _, r := range w.Ranges {
 		if inRange(key, r[0], r[1]) {
 			return true
@@ -97,14 +94,31 @@ type Table struct {
 	// run out (argument C); writes wait for it.
 	notBefore time.Time
 
-	leases  map[string]map[HolderID]*held
+	// leases is ordered by key, so a range write visits the keys in its
+	// range only, not every lease.
+	leases  *btree.BTreeG[*keyLeases]
+	probe   keyLeases // the search key of lookup, kept to not allocate one
 	count   int
 	holders map[HolderID]*holder
 	writes  map[*Pending]struct{}
+	// pendingKeys counts the waiting or in-flight writes that name each
+	// single key (or delete it with a lease they revoke), and rangeWrites
+	// holds those that delete ranges, so a grant checks its key without
+	// looking at every pending write.
+	pendingKeys map[string]int
+	rangeWrites map[*Pending]struct{}
 	// pendingLeases counts the waiting or in-flight writes that revoke each
 	// lease.
 	pendingLeases map[int64]int
 }
+
+// keyLeases is the leases held on one key, by holder.
+type keyLeases struct {
+	key     string
+	holders map[HolderID]*held
+}
+
+func keyLess(a, b *keyLeases) bool { return a.key < b.key }
 
 type held struct {
 	deadline time.Time
@@ -152,11 +166,29 @@ func NewTable(duration time.Duration, limits Limits, notBefore time.Time) *Table
 		duration:      duration,
 		limits:        limits,
 		notBefore:     notBefore,
-		leases:        map[string]map[HolderID]*held{},
+		leases:        btree.NewG(32, keyLess),
 		holders:       map[HolderID]*holder{},
 		writes:        map[*Pending]struct{}{},
+		pendingKeys:   map[string]int{},
+		rangeWrites:   map[*Pending]struct{}{},
 		pendingLeases: map[int64]int{},
 	}
+}
+
+// lookup returns key's leases, or nil when nobody holds one.
+func (t *Table) lookup(key string) *keyLeases {
+	t.probe.key = key
+	kl, _ := t.leases.Get(&t.probe)
+	t.probe.key = ""
+	return kl
+}
+
+// holding returns the lease h holds on key, or nil.
+func (t *Table) holding(key string, h HolderID) *held {
+	if kl := t.lookup(key); kl != nil {
+		return kl.holders[h]
+	}
+	return nil
 }
 
 // Duration is the lease this table grants.
@@ -196,17 +228,26 @@ func (t *Table) Grant(h HolderID, key []byte, kvLease int64, now time.Time) time
 	if kvLease != 0 && t.pendingLeases[kvLease] > 0 {
 		return 0
 	}
-	for p := range t.writes {
-		if p.w.covers(key) {
+	if t.pendingKeys[string(key)] > 0 {
+		return 0
+	}
+	for p := range t.rangeWrites {
+		if p.w.coversByRange(key) {
 			return 0
 		}
 	}
-	hs := t.leases[string(key)]
-	if e := hs[h]; e != nil && !e.deadline.After(now) {
-		// Ran out: whatever it was asked, it binds nobody any more. drop
-		// may delete the key's map, so it is looked up again.
-		t.drop(string(key), h)
-		hs = t.leases[string(key)]
+	kl := t.lookup(string(key))
+	if kl != nil {
+		if e := kl.holders[h]; e != nil && !e.deadline.After(now) {
+			// Ran out: whatever it was asked, it binds nobody any more.
+			// drop may delete the key's entry, so it is looked up again.
+			t.drop(kl.key, h)
+			kl = t.lookup(string(key))
+		}
+	}
+	var hs map[HolderID]*held
+	if kl != nil {
+		hs = kl.holders
 	}
 	if e := hs[h]; e != nil {
 		if e.asked != 0 {
@@ -220,11 +261,11 @@ func (t *Table) Grant(h HolderID, key []byte, kvLease int64, now time.Time) time
 	if t.count >= t.limits.MaxKeys || len(hs) >= t.limits.MaxHoldersPerKey {
 		return 0
 	}
-	if hs == nil {
-		hs = map[HolderID]*held{}
-		t.leases[string(key)] = hs
+	if kl == nil {
+		kl = &keyLeases{key: string(key), holders: map[HolderID]*held{}}
+		t.leases.ReplaceOrInsert(kl)
 	}
-	hs[h] = &held{deadline: now.Add(t.duration)}
+	kl.holders[h] = &held{deadline: now.Add(t.duration)}
 	t.count++
 	s.count++
 	return t.duration
@@ -244,9 +285,23 @@ func (t *Table) Begin(w Write, leaseKeys func(int64) [][]byte, now time.Time) (*
 			p.w.Keys = append(p.w.Keys, k)
 		}
 	}
+	for _, k := range p.w.Keys {
+		t.pendingKeys[string(k)]++
+	}
+	if len(p.w.Ranges) > 0 {
+		t.rangeWrites[p] = struct{}{}
+	}
 	byHolder := map[HolderID][]string{}
-	visit := func(key string, hs map[HolderID]*held) {
-		for h, e := range hs {
+	seen := map[*keyLeases]bool{}
+	visit := func(kl *keyLeases) {
+		if seen[kl] {
+			// Named twice (alone and in a range, or in two ranges): p
+			// already waits for it.
+			return
+		}
+		seen[kl] = true
+		key := kl.key
+		for h, e := range kl.holders {
 			if !e.deadline.After(now) {
 				t.drop(key, h)
 				continue
@@ -262,19 +317,12 @@ func (t *Table) Begin(w Write, leaseKeys func(int64) [][]byte, now time.Time) (*
 		}
 	}
 	for _, k := range p.w.Keys {
-		if hs := t.leases[string(k)]; hs != nil {
-			visit(string(k), hs)
+		if kl := t.lookup(string(k)); kl != nil {
+			visit(kl)
 		}
 	}
 	if len(p.w.Ranges) > 0 {
-		for key, hs := range t.leases {
-			for _, r := range p.w.Ranges {
-				if inRange([]byte(key), r[0], r[1]) {
-					visit(key, hs)
-					break
-				}
-			}
-		}
+		t.visitRanges(p.w, visit)
 	}
 	var out []Invalidation
 	for h, keys := range byHolder {
@@ -284,12 +332,35 @@ func (t *Table) Begin(w Write, leaseKeys func(int64) [][]byte, now time.Time) (*
 		s.asked[seq] = keys
 		inv := Invalidation{Holder: h, Seq: seq}
 		for _, k := range keys {
-			t.leases[k][h].asked = seq
+			t.holding(k, h).asked = seq
 			inv.Keys = append(inv.Keys, []byte(k))
 		}
 		out = append(out, inv)
 	}
 	return p, out
+}
+
+// visitRanges calls visit with the leases of every key in w's ranges. It
+// collects them first: visit may drop one, and the tree must not change
+// under its iterator.
+func (t *Table) visitRanges(w Write, visit func(*keyLeases)) {
+	var in []*keyLeases
+	collect := func(kl *keyLeases) bool {
+		in = append(in, kl)
+		return true
+	}
+	for _, r := range w.Ranges {
+		from := &keyLeases{key: string(r[0])}
+		switch {
+		case len(r[1]) == 1 && r[1][0] == 0:
+			t.leases.AscendGreaterOrEqual(from, collect)
+		case bytes.Compare(r[0], r[1]) < 0:
+			t.leases.AscendRange(from, &keyLeases{key: string(r[1])}, collect)
+		}
+	}
+	for _, kl := range in {
+		visit(kl)
+	}
 }
 
 // Ack records that holder h dropped the keys of invalidation seq, and
@@ -306,7 +377,7 @@ func (t *Table) Ack(h HolderID, seq uint64) []*Pending {
 	delete(s.asked, seq)
 	var ready []*Pending
 	for _, k := range keys {
-		e := t.leases[k][h]
+		e := t.holding(k, h)
 		if e == nil || e.asked != seq {
 			continue
 		}
@@ -330,6 +401,12 @@ func (t *Table) End(p *Pending) {
 	}
 	p.done = true
 	delete(t.writes, p)
+	delete(t.rangeWrites, p)
+	for _, k := range p.w.Keys {
+		if t.pendingKeys[string(k)]--; t.pendingKeys[string(k)] <= 0 {
+			delete(t.pendingKeys, string(k))
+		}
+	}
 	for _, id := range p.w.Leases {
 		if t.pendingLeases[id]--; t.pendingLeases[id] <= 0 {
 			delete(t.pendingLeases, id)
@@ -340,15 +417,23 @@ func (t *Table) End(p *Pending) {
 // Sweep forgets leases that ran out by now, and holders that are gone and
 // hold nothing; it returns how many leases it forgot.
 func (t *Table) Sweep(now time.Time) int {
-	n := 0
-	for key, hs := range t.leases {
-		for h, e := range hs {
+	type lease struct {
+		key string
+		h   HolderID
+	}
+	var expired []lease
+	t.leases.Ascend(func(kl *keyLeases) bool {
+		for h, e := range kl.holders {
 			if !e.deadline.After(now) {
-				t.drop(key, h)
-				n++
+				expired = append(expired, lease{kl.key, h})
 			}
 		}
+		return true
+	})
+	for _, l := range expired {
+		t.drop(l.key, l.h)
 	}
+	n := len(expired)
 	for h, s := range t.holders {
 		if s.gone && s.count == 0 {
 			delete(t.holders, h)
@@ -361,14 +446,14 @@ func (t *Table) Sweep(now time.Time) int {
 // Until has passed or will (the lease was live when the write began), so it
 // goes ahead then.
 func (t *Table) drop(key string, h HolderID) {
-	hs := t.leases[key]
-	if hs[h] == nil {
+	kl := t.lookup(key)
+	if kl == nil || kl.holders[h] == nil {
 		return
 	}
-	delete(hs, h)
+	delete(kl.holders, h)
 	t.count--
 	t.holders[h].count--
-	if len(hs) == 0 {
-		delete(t.leases, key)
+	if len(kl.holders) == 0 {
+		t.leases.Delete(kl)
 	}
 }

@@ -221,3 +221,48 @@ func TestSilentHolderLeasesAgainAfterItsLeaseRanOut(t *testing.T) {
 		t.Fatalf("the renewed lease did not hold a write: ready %v, %d invalidations", p.Ready(), len(invs))
 	}
 }
+
+// TestKeyNamedTwiceIsAskedOnce: a key a write names alone and in two
+// overlapping ranges is asked for once, and one answer readies the write;
+// End lets grants on every key it named resume.
+func TestKeyNamedTwiceIsAskedOnce(t *testing.T) {
+	tb := newTestTable()
+	for _, k := range []string{"k/1", "k/2", "z"} {
+		tb.Grant(1, key(k), 0, at(0))
+	}
+	w := Write{
+		Keys:   [][]byte{key("k/1"), key("k/1")},
+		Ranges: [][2][]byte{{key("k/"), key("k0")}, {key("k/1"), {0}}, {key("z"), key("a")}},
+	}
+	p, invs := tb.Begin(w, noLeaseKeys, at(10))
+	if len(invs) != 1 {
+		t.Fatalf("%d invalidations, want one to holder 1", len(invs))
+	}
+	got := map[string]int{}
+	for _, k := range invs[0].Keys {
+		got[string(k)]++
+	}
+	if len(got) != 3 || got["k/1"] != 1 || got["k/2"] != 1 || got["z"] != 1 {
+		t.Fatalf("asked for %v, want k/1, k/2 and z once each (z through the open range)", got)
+	}
+	if ready := tb.Ack(1, invs[0].Seq); len(ready) != 1 || ready[0] != p || !p.Ready() {
+		t.Fatalf("after the one answer: ready %v, p.Ready %v", ready, p.Ready())
+	}
+	if tb.Len() != 0 {
+		t.Fatalf("%d leases left after the answer", tb.Len())
+	}
+	for _, k := range []string{"k/1", "k/3", "zz"} {
+		if d := tb.Grant(2, key(k), 0, at(20)); d != 0 {
+			t.Fatalf("granted %s while the write is in flight", k)
+		}
+	}
+	if d := tb.Grant(2, key("a"), 0, at(20)); d != dur {
+		t.Fatal("refused a key no range covers (the range z..a is empty)")
+	}
+	tb.End(p)
+	for _, k := range []string{"k/1", "k/3", "zz"} {
+		if d := tb.Grant(2, key(k), 0, at(30)); d != dur {
+			t.Fatalf("refused %s after the write ended", k)
+		}
+	}
+}
