@@ -95,8 +95,11 @@ func TestTermWriteWaitsForTheDisk(t *testing.T) {
 	f := newFlakyStable()
 	f.setFull(true)
 	g, s := newGuardedStable(f, make(chan struct{}), false)
+	// The store signals its attempt before guardedStable records the
+	// failure, so the test waits for the state to change instead.
+	failed := s.changed.Wait()
 	res, _ := setTerm(g, 5)
-	<-f.tried
+	<-failed
 	if !errors.Is(s.Err(), ErrCannotPersist) {
 		t.Fatalf("after a failed term write: storage error %v, want ErrCannotPersist", s.Err())
 	}
