@@ -45,28 +45,36 @@ func TestLogVerifierFindsInFlightChange(t *testing.T) {
 			}
 			leader, leaderReports := open()
 			sent := entries()
-			if err := leader.StoreLogs(sent); err != nil {
-				t.Fatal(err)
-			}
-			if len(sent[10].Extensions) == 0 {
-				t.Fatal("the leader's barrier carries no sum: raft would replicate it unstamped")
-			}
-			// The barrier at 1 reports the empty range before it; the one at
-			// 11 reports the range [1, 11).
-			report := func(ch <-chan verifier.VerificationReport) verifier.VerificationReport {
+			// The barrier at 1 reports the empty range before it, the one at
+			// 11 the range [1, 11). The verifier drops a report while one
+			// waits, so the entries go in two appends, each waited for.
+			report := func(ch <-chan verifier.VerificationReport, end uint64) verifier.VerificationReport {
 				for {
 					select {
 					case r := <-ch:
-						if r.Range.End == 11 {
+						if r.Range.End == end {
 							return r
 						}
 					case <-time.After(10 * time.Second):
-						t.Fatal("no verification report of the range [1, 11)")
+						t.Fatalf("no verification report of the range ending at %d", end)
 					}
 				}
 			}
-			if r := report(leaderReports); r.Err != nil || r.Range != (verifier.LogRange{Start: 1, End: 11}) {
+			store := func(v *verifier.LogStore, ch <-chan verifier.VerificationReport, logs []*raft.Log) verifier.VerificationReport {
+				if err := v.StoreLogs(logs[:1]); err != nil {
+					t.Fatal(err)
+				}
+				report(ch, 1)
+				if err := v.StoreLogs(logs[1:]); err != nil {
+					t.Fatal(err)
+				}
+				return report(ch, 11)
+			}
+			if r := store(leader, leaderReports, sent); r.Err != nil || r.Range != (verifier.LogRange{Start: 1, End: 11}) {
 				t.Fatalf("leader's own range: %+v", r)
+			}
+			if len(sent[10].Extensions) == 0 {
+				t.Fatal("the leader's barrier carries no sum: raft would replicate it unstamped")
 			}
 			// What a follower receives: copies of the leader's entries, the
 			// stamps included.
@@ -84,21 +92,12 @@ func TestLogVerifierFindsInFlightChange(t *testing.T) {
 				return out
 			}
 			good, goodReports := open()
-			if err := good.StoreLogs(received(false)[:1]); err != nil {
-				t.Fatal(err)
-			}
-			if err := good.StoreLogs(received(false)[1:]); err != nil {
-				t.Fatal(err)
-			}
-			if r := report(goodReports); r.Err != nil || r.WrittenSum != r.ExpectedSum || r.ReadSum != r.ExpectedSum {
+			if r := store(good, goodReports, received(false)); r.Err != nil || r.WrittenSum != r.ExpectedSum || r.ReadSum != r.ExpectedSum {
 				t.Fatalf("a follower with the leader's entries: %+v", r)
 			}
 			bad, badReports := open()
-			if err := bad.StoreLogs(received(true)); err != nil {
-				t.Fatal(err)
-			}
 			var mismatch verifier.ErrChecksumMismatch
-			if r := report(badReports); !errors.As(r.Err, &mismatch) {
+			if r := store(bad, badReports, received(true)); !errors.As(r.Err, &mismatch) {
 				t.Fatalf("a follower that stored a changed entry: %+v, want a checksum mismatch", r)
 			}
 		})
@@ -132,6 +131,12 @@ func TestLogVerifierAfterTailRemoval(t *testing.T) {
 		return l
 	}
 	put(1, 1, raft.LogBarrier, "")
+	// The verifier drops a report while another waits: take this one first.
+	select {
+	case <-reports:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no report of the first barrier")
+	}
 	put(2, 1, raft.LogCommand, "a")
 	put(3, 1, raft.LogCommand, "stale") // replaced below
 	if err := v.DeleteRange(3, 3); err != nil {
