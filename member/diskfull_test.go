@@ -27,6 +27,7 @@ import (
 	"github.com/corenode/corenode/internal/testenv"
 	"github.com/corenode/corenode/member"
 	"github.com/corenode/corenode/member/membertest"
+	"github.com/corenode/corenode/node"
 )
 
 // The disk-full tests fill a real file system: a tmpfs mounted as one
@@ -132,6 +133,27 @@ func assertHealthyDisk(t *testing.T, c *membertest.Cluster, i int) {
 	}
 }
 
+// awaitHealthyDisk waits for member i to say it is well again, which it
+// does once its probe of the disk succeeds, possibly after it caught up
+// (appends can succeed before), and checks /health and the gauge.
+func awaitHealthyDisk(t *testing.T, c *membertest.Cluster, i int) {
+	t.Helper()
+	membertest.Eventually(t, 10*time.Second, func() bool {
+		code, _ := memberHealth(t, c, i)
+		return code == http.StatusOK
+	}, "the member whose disk was freed never said it was healthy again")
+	assertHealthyDisk(t, c, i)
+}
+
+// assertLeaderKept checks that ln still leads, in term; when says at
+// which point of the test.
+func assertLeaderKept(t *testing.T, ln *node.Node, term uint64, when string) {
+	t.Helper()
+	if got := ln.Term(); got != term || !ln.IsLeader() {
+		t.Errorf("%s: the leader's term went from %d to %d (still leading: %v)", when, term, got, ln.IsLeader())
+	}
+}
+
 // The two ways a wal meets a full disk: leave is what fillDisk gives back.
 var diskFills = []struct {
 	name  string
@@ -208,9 +230,7 @@ func testDiskFullFollower(t *testing.T, leave int64) {
 	if err == nil || (!errors.Is(err, rpctypes.ErrGRPCBadLeaderTransferee) && !strings.Contains(err.Error(), "leader transfer took too long")) {
 		t.Fatalf("move leadership to member %d with its disk full: %v, want etcd's refusal", full, err)
 	}
-	if got := ln.Term(); got != term || !ln.IsLeader() {
-		t.Fatalf("the leader's term went from %d to %d (still leading: %v) after a transfer to the full member", term, got, ln.IsLeader())
-	}
+	assertLeaderKept(t, ln, term, "after a transfer to the full member")
 	// raft's leader retries a follower whose appends failed with a backoff
 	// of up to about 10 s, so catching up may take that long.
 	freeAndCatchUp(ctx, t, c, full, leader, junk, 20*time.Second)
@@ -224,16 +244,8 @@ func testDiskFullFollower(t *testing.T, leave int64) {
 			t.Errorf("serializable read of %s on member %d after it caught up: %d keys, want its value", key, full, len(resp.Kvs))
 		}
 	}
-	if got := ln.Term(); got != term || !ln.IsLeader() {
-		t.Errorf("the leader's term went from %d to %d (still leading: %v) when the follower recovered", term, got, ln.IsLeader())
-	}
-	// The member says it is well once its probe of the disk succeeds,
-	// which may come after it caught up (appends can succeed before).
-	membertest.Eventually(t, 10*time.Second, func() bool {
-		code, _ := memberHealth(t, c, full)
-		return code == http.StatusOK
-	}, "the member whose disk was freed never said it was healthy again")
-	assertHealthyDisk(t, c, full)
+	assertLeaderKept(t, ln, term, "when the follower recovered")
+	awaitHealthyDisk(t, c, full)
 }
 
 // TestDiskFullLoneMember: a lone member whose disk fills stops leading and
@@ -440,14 +452,8 @@ func testDiskFullLeader(t *testing.T, leave int64) {
 			}
 		}
 	}
-	if got := ln.Term(); got != term || !ln.IsLeader() {
-		t.Errorf("the new leader's term went from %d to %d (still leading: %v) when the old leader recovered", term, got, ln.IsLeader())
-	}
-	membertest.Eventually(t, 10*time.Second, func() bool {
-		code, _ := memberHealth(t, c, full)
-		return code == http.StatusOK
-	}, "the member whose disk was freed never said it was healthy again")
-	assertHealthyDisk(t, c, full)
+	assertLeaderKept(t, ln, term, "when the old leader recovered")
+	awaitHealthyDisk(t, c, full)
 }
 
 // assertStoppedByFullDisk checks the cluster while member full's disk is
@@ -462,9 +468,7 @@ func assertStoppedByFullDisk(t *testing.T, c *membertest.Cluster, full, leader i
 	if fn.IsLeader() {
 		t.Errorf("member %d leads with a full disk", full)
 	}
-	if got := ln.Term(); got != term || !ln.IsLeader() {
-		t.Errorf("the leader's term went from %d to %d (still leading: %v) while member %d's disk was full", term, got, ln.IsLeader(), full)
-	}
+	assertLeaderKept(t, ln, term, fmt.Sprintf("while member %d's disk was full", full))
 	assertUnhealthyDisk(t, c, full)
 	assertHealthyDisk(t, c, leader)
 }

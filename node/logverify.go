@@ -42,7 +42,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/hashicorp/raft-wal/verifier"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultLogVerifyInterval is how often the leader appends a checkpoint
@@ -160,10 +159,4 @@ func (c checkpointer) Run(ctx context.Context, _ uint64) {
 			c.n.log.Debug("log verification checkpoint not appended", "err", err)
 		}
 	}
-}
-
-func newVerificationsCounter() *prometheus.CounterVec {
-	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corenode_log_verifications_total",
-		Help: "Checkpoint ranges of the raft log this member verified, by result: ok, mismatch (the log is not the leader's), incomplete (compacted before it was read back), error (could not read it)."},
-		[]string{"result"})
 }

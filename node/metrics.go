@@ -33,7 +33,9 @@ func newMetrics() *metrics {
 			Help: "Time to append a batch of log entries to the raft log, including its fsync.", Buckets: latencyBuckets}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_raft_leader_changes_total",
 			Help: "Leader changes this member has seen."}),
-		verifications: newVerificationsCounter(),
+		verifications: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corenode_log_verifications_total",
+			Help: "Checkpoint ranges of the raft log this member verified (logverify.go), by result: ok, mismatch (the log is not the leader's), incomplete (compacted before it was read back), error (could not read it)."},
+			[]string{"result"}),
 	}
 }
 

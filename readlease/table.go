@@ -58,7 +58,12 @@ type Write struct {
 // Empty reports whether the write touches nothing a lease could cover.
 func (w Write) Empty() bool { return len(w.Keys) == 0 && len(w.Ranges) == 0 && len(w.Leases) == 0 }
 
-func (w Write) coversByRange(key []byte) bool {
+func (w Write) covers(key []byte) bool {
+	for _, k := range w.Keys {
+		if bytes.Equal(k, key) {
+			return true
+		}
+	}
 	for _, r := range w.Ranges {
 		if inRange(key, r[0], r[1]) {
 			return true
@@ -101,12 +106,6 @@ type Table struct {
 	count   int
 	holders map[HolderID]*holder
 	writes  map[*Pending]struct{}
-	// pendingKeys counts the waiting or in-flight writes that name each
-	// single key (or delete it with a lease they revoke), and rangeWrites
-	// holds those that delete ranges, so a grant checks its key without
-	// looking at every pending write.
-	pendingKeys map[string]int
-	rangeWrites map[*Pending]struct{}
 	// pendingLeases counts the waiting or in-flight writes that revoke each
 	// lease.
 	pendingLeases map[int64]int
@@ -169,8 +168,6 @@ func NewTable(duration time.Duration, limits Limits, notBefore time.Time) *Table
 		leases:        btree.NewG(32, keyLess),
 		holders:       map[HolderID]*holder{},
 		writes:        map[*Pending]struct{}{},
-		pendingKeys:   map[string]int{},
-		rangeWrites:   map[*Pending]struct{}{},
 		pendingLeases: map[int64]int{},
 	}
 }
@@ -228,11 +225,8 @@ func (t *Table) Grant(h HolderID, key []byte, kvLease int64, now time.Time) time
 	if kvLease != 0 && t.pendingLeases[kvLease] > 0 {
 		return 0
 	}
-	if t.pendingKeys[string(key)] > 0 {
-		return 0
-	}
-	for p := range t.rangeWrites {
-		if p.w.coversByRange(key) {
+	for p := range t.writes {
+		if p.w.covers(key) {
 			return 0
 		}
 	}
@@ -285,21 +279,21 @@ func (t *Table) Begin(w Write, leaseKeys func(int64) [][]byte, now time.Time) (*
 			p.w.Keys = append(p.w.Keys, k)
 		}
 	}
-	for _, k := range p.w.Keys {
-		t.pendingKeys[string(k)]++
-	}
-	if len(p.w.Ranges) > 0 {
-		t.rangeWrites[p] = struct{}{}
-	}
 	byHolder := map[HolderID][]string{}
-	seen := map[*keyLeases]bool{}
+	// A key named twice (alone and in a range, in two ranges, or alone and
+	// through a revoked lease) is visited once: p already waits for it. A
+	// write of one key, the common case, needs no record.
+	var seen map[*keyLeases]bool
+	if len(p.w.Keys)+len(p.w.Ranges) > 1 {
+		seen = map[*keyLeases]bool{}
+	}
 	visit := func(kl *keyLeases) {
-		if seen[kl] {
-			// Named twice (alone and in a range, or in two ranges): p
-			// already waits for it.
-			return
+		if seen != nil {
+			if seen[kl] {
+				return
+			}
+			seen[kl] = true
 		}
-		seen[kl] = true
 		key := kl.key
 		for h, e := range kl.holders {
 			if !e.deadline.After(now) {
@@ -401,12 +395,6 @@ func (t *Table) End(p *Pending) {
 	}
 	p.done = true
 	delete(t.writes, p)
-	delete(t.rangeWrites, p)
-	for _, k := range p.w.Keys {
-		if t.pendingKeys[string(k)]--; t.pendingKeys[string(k)] <= 0 {
-			delete(t.pendingKeys, string(k))
-		}
-	}
 	for _, id := range p.w.Leases {
 		if t.pendingLeases[id]--; t.pendingLeases[id] <= 0 {
 			delete(t.pendingLeases, id)
