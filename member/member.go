@@ -140,6 +140,10 @@ func readLeaseConfig(cfg Config, logger *slog.Logger) readlease.Config {
 		// Short against the lease, and longer than a confirmation round
 		// takes on a healthy cluster (one round trip to a quorum).
 		Window: cmp.Or(cfg.ElectionTimeout, time.Second) / 4, // node's default
+		// Live holders answer an invalidation within a few round trips; a
+		// read waits that long for a write still waiting for them, and no
+		// longer, so a holder that died does not stall the key's readers.
+		HolderWait: 20 * time.Millisecond,
 		Limits: readlease.Limits{
 			MaxKeys:          cmp.Or(cfg.ReadLeaseMaxKeys, DefaultReadLeaseMaxKeys),
 			MaxHoldersPerKey: cmp.Or(cfg.ReadLeaseMaxHoldersPerKey, DefaultReadLeaseMaxHoldersPerKey),

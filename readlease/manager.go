@@ -30,9 +30,14 @@ type Config struct {
 	// lease may still be granted under it (argument C). A confirmation that
 	// took longer yields the value without a lease.
 	Window time.Duration
-	Limits Limits
-	Clock  lease.Clock
-	Logger *slog.Logger
+	// HolderWait is how long a cache read of a key waits for a write of the
+	// key still waiting for its holders before it is answered, without a
+	// lease: holders that answer take a round trip; one that does not would
+	// hold the read for the rest of its lease.
+	HolderWait time.Duration
+	Limits     Limits
+	Clock      lease.Clock
+	Logger     *slog.Logger
 	// Metrics registers the manager's series when not nil.
 	Metrics prometheus.Registerer
 	// MaxQueue bounds the messages waiting to be sent on one session; a
@@ -82,7 +87,15 @@ type term struct {
 	// ended is set under mu at teardown: no grant after it.
 	ended    bool
 	sessions map[HolderID]*session
-	ready    map[*Pending]chan struct{}
+	writes   map[*Pending]*gated
+}
+
+// gated says how far one write admitted by the gate got. Each channel is
+// closed once, under term.mu for acked and outside it for the others.
+type gated struct {
+	acked    chan struct{} // every holder answered
+	admitted chan struct{} // Admit let it through: it is in raft
+	ended    chan struct{} // it applied on this member, or never will
 }
 
 // New returns a manager for a member; register it with node.AddLeaderService
@@ -128,7 +141,7 @@ func (m *Manager) Run(ctx context.Context, termID uint64) {
 		cleared = c.C()
 	}
 	t := &term{id: termID, ctx: ctx, table: NewTable(m.cfg.Duration, m.cfg.Limits, notBefore),
-		sessions: map[HolderID]*session{}, ready: map[*Pending]chan struct{}{}}
+		sessions: map[HolderID]*session{}, writes: map[*Pending]*gated{}}
 	m.publish(t)
 	defer func() {
 		t.mu.Lock()
@@ -233,21 +246,23 @@ func (m *Manager) Admit(ctx context.Context, op fsm.Op, data []byte) (func(), er
 	}
 	start := m.cfg.Clock.Now()
 	p, invs := t.table.Begin(w, store.LeaseKeys, start)
+	g := &gated{acked: make(chan struct{}), admitted: make(chan struct{}), ended: make(chan struct{})}
+	t.writes[p] = g
 	release := func() {
 		t.mu.Lock()
 		t.table.End(p)
-		delete(t.ready, p)
+		delete(t.writes, p)
 		t.mu.Unlock()
+		close(g.ended)
 	}
-	if p.Ready() && !start.Before(p.NotBefore) {
-		t.mu.Unlock()
-		return release, nil
-	}
-	ready := make(chan struct{})
 	if p.Ready() {
-		close(ready)
+		close(g.acked)
+		if !start.Before(p.NotBefore) {
+			close(g.admitted)
+			t.mu.Unlock()
+			return release, nil
+		}
 	}
-	t.ready[p] = ready
 	for _, inv := range invs {
 		if s := t.sessions[inv.Holder]; s != nil {
 			s.send(&cachepb.SessionResponse{Msg: &cachepb.SessionResponse_Invalidate{
@@ -256,10 +271,11 @@ func (m *Manager) Admit(ctx context.Context, op fsm.Op, data []byte) (func(), er
 		}
 	}
 	t.mu.Unlock()
-	if err := m.wait(ctx, t, p, ready, start); err != nil {
+	if err := m.wait(ctx, t, p, g.acked, start); err != nil {
 		release()
 		return nil, err
 	}
+	close(g.admitted)
 	return release, nil
 }
 
@@ -379,8 +395,8 @@ func (m *Manager) ack(t *term, h HolderID, seq uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, p := range t.table.Ack(h, seq) {
-		if ch := t.ready[p]; ch != nil {
-			close(ch)
+		if g := t.writes[p]; g != nil {
+			close(g.acked)
 		}
 	}
 }
@@ -409,6 +425,10 @@ func (m *Manager) get(ctx context.Context, t *term, s *session, req *cachepb.Get
 	}
 	if len(req.Key) == 0 {
 		fail(rpctypes.ErrGRPCEmptyKey)
+		return
+	}
+	if err := m.awaitWrites(ctx, t, req.Key); err != nil {
+		fail(err)
 		return
 	}
 	start := m.cfg.Clock.Now()
@@ -462,6 +482,50 @@ func (m *Manager) get(ctx context.Context, t *term, s *session, req *cachepb.Get
 	}
 	// Queued under t.mu: an invalidation of this lease is queued after it.
 	answer()
+}
+
+// awaitWrites returns once the writes of key admitted before the call have
+// ended, so the read that follows sees their values and may take a lease;
+// or once HolderWait has passed with one still waiting for its holders: the
+// read is then answered without a lease, as before the write, and a holder
+// that does not answer delays only the write. A burst of holders
+// re-reading while the write is in flight would otherwise each cost a
+// leadership confirmation and get a value good for one use, taking the
+// CPU the write needs. A read that waits is still answered within its own
+// request (it reads after the write, which was concurrent with it), and a
+// write never waits for a read (argument B holds: no grant while it waits).
+func (m *Manager) awaitWrites(ctx context.Context, t *term, key []byte) error {
+	t.mu.Lock()
+	var gs []*gated
+	for _, p := range t.table.Writing(key) {
+		gs = append(gs, t.writes[p])
+	}
+	t.mu.Unlock()
+	if len(gs) == 0 {
+		return nil
+	}
+	m.metrics.readsWaited.Inc()
+	bound := m.cfg.Clock.NewTimer(m.cfg.HolderWait)
+	defer bound.Stop()
+	for _, g := range gs {
+		select {
+		case <-g.admitted:
+		case <-bound.C():
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.ctx.Done():
+			return ErrLeaderChanged
+		}
+		select {
+		case <-g.ended:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.ctx.Done():
+			return ErrLeaderChanged
+		}
+	}
+	return nil
 }
 
 // recorded reports whether the log says this term grants, with a horizon

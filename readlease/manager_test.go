@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/corenode/corenode/api/cachepb"
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/lease"
 )
@@ -143,7 +144,7 @@ func newManagerHarness(t *testing.T, termID uint64, record ...*fsm.ReadLeases) *
 		<-h.node.proposals
 	}
 	h.node.term = termID
-	h.m = New(Config{Duration: dur, Window: 250 * time.Millisecond, Limits: Limits{MaxKeys: 10, MaxHoldersPerKey: 10}, Clock: h.clock}, h.node)
+	h.m = New(Config{Duration: dur, Window: 250 * time.Millisecond, HolderWait: holderWait, Limits: Limits{MaxKeys: 10, MaxHoldersPerKey: 10}, Clock: h.clock}, h.node)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -163,13 +164,23 @@ func newManagerHarness(t *testing.T, termID uint64, record ...*fsm.ReadLeases) *
 	return h
 }
 
-// holder registers a session that takes a lease on key now, and returns it.
-func (h *managerHarness) holder(id HolderID, key string) *session {
+const holderWait = 20 * time.Millisecond
+
+// session registers a session that holds nothing yet.
+func (h *managerHarness) session(id HolderID) *session {
 	s := &session{id: id, wake: make(chan struct{}, 1), max: 100, cancel: func() {}}
 	h.term.mu.Lock()
 	defer h.term.mu.Unlock()
 	h.term.table.AddHolder(id)
 	h.term.sessions[id] = s
+	return s
+}
+
+// holder registers a session that takes a lease on key now, and returns it.
+func (h *managerHarness) holder(id HolderID, key string) *session {
+	s := h.session(id)
+	h.term.mu.Lock()
+	defer h.term.mu.Unlock()
 	if h.term.table.Grant(id, []byte(key), 0, h.clock.Now()) == 0 {
 		h.t.Fatal("no lease granted")
 	}
@@ -179,6 +190,14 @@ func (h *managerHarness) holder(id HolderID, key string) *session {
 // put admits a put of key in the background; the channel gets the clock's
 // time when Admit returned.
 func (h *managerHarness) put(key string) <-chan time.Time {
+	end := make(chan struct{})
+	close(end)
+	return h.putUntil(key, end)
+}
+
+// putUntil is put, with the write in flight (admitted, not applied) until
+// end is closed.
+func (h *managerHarness) putUntil(key string, end <-chan struct{}) <-chan time.Time {
 	data, err := fsm.Encode(fsm.OpPut, &pb.PutRequest{Key: []byte(key), Value: []byte("v")})
 	if err != nil {
 		h.t.Fatal(err)
@@ -188,11 +207,18 @@ func (h *managerHarness) put(key string) <-chan time.Time {
 		release, err := h.m.Admit(context.Background(), fsm.OpPut, data)
 		if err != nil {
 			h.t.Errorf("admit: %v", err)
+			return
 		}
 		out <- h.clock.Now()
+		<-end
 		release()
 	}()
 	return out
+}
+
+// get reads key through s in the background, as a cache's GetRequest.
+func (h *managerHarness) get(s *session, key string) {
+	go h.m.get(context.Background(), h.term, s, &cachepb.GetRequest{Id: 1, Key: []byte(key)})
 }
 
 func await[T any](t *testing.T, ch <-chan T, what string) T {
@@ -210,17 +236,42 @@ func await[T any](t *testing.T, ch <-chan T, what string) T {
 // invalidation waits until the session has an Invalidate queued.
 func invalidation(t *testing.T, s *session) uint64 {
 	t.Helper()
+	return queued(t, s, "invalidation", (*cachepb.SessionResponse).GetInvalidate).Seq
+}
+
+// answer waits until the session has a GetResponse queued.
+func answer(t *testing.T, s *session) *cachepb.GetResponse {
+	t.Helper()
+	return queued(t, s, "answer", (*cachepb.SessionResponse).GetGet)
+}
+
+// queued waits until the session has a message of the kind pick returns.
+func queued[T comparable](t *testing.T, s *session, what string, pick func(*cachepb.SessionResponse) T) T {
+	t.Helper()
+	var zero T
 	for {
 		s.mu.Lock()
 		for _, m := range s.queue {
-			if inv := m.GetInvalidate(); inv != nil {
+			if v := pick(m); v != zero {
 				s.mu.Unlock()
-				return inv.Seq
+				return v
 			}
 		}
 		s.mu.Unlock()
-		await(t, s.wake, "invalidation")
+		await(t, s.wake, what)
 	}
+}
+
+// hasAnswer reports whether the session has a GetResponse queued now.
+func hasAnswer(s *session) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.queue {
+		if m.GetGet() != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // A write waits for the holder's answer, and goes ahead on it, before the
@@ -281,4 +332,58 @@ func TestNewLeaderWaitsOutThenClears(t *testing.T) {
 	if at := await(t, cleared.put("k"), "admit when cleared"); !at.Equal(time.Unix(1000, 0)) {
 		t.Fatalf("admitted at %v with every earlier grant cleared, want at once", at)
 	}
+}
+
+// A read of a key whose write is in flight waits for the write to apply,
+// then takes a lease on what it reads: re-reads during a write would each
+// cost a confirmation and give a value good for one use.
+func TestReadWaitsForTheWriteInFlight(t *testing.T) {
+	h := newManagerHarness(t, 2)
+	s := h.holder(1, "k")
+	end := make(chan struct{})
+	admitted := h.putUntil("k", end)
+	h.m.ack(h.term, 1, invalidation(t, s))
+	await(t, admitted, "admit after the answer")
+
+	reader := h.session(2)
+	h.get(reader, "k")
+	// The read has set its bound on the wait for holders: it is past the
+	// write's admission and waits for its end.
+	h.clock.awaitTimers(t, h.clock.Now().Add(holderWait), 1)
+	if hasAnswer(reader) {
+		t.Fatal("answered while the write was in flight")
+	}
+	close(end)
+	if r := answer(t, reader); r.Code != 0 || r.LeaseMs != dur.Milliseconds() {
+		t.Fatalf("answer after the write: code %d, lease %d ms; want a lease of %v", r.Code, r.LeaseMs, dur)
+	}
+}
+
+// A read of a key whose write waits for a holder that does not answer is
+// answered without a lease after HolderWait: the silent holder delays the
+// write, not the key's readers.
+func TestReadDoesNotWaitForASilentHolder(t *testing.T) {
+	h := newManagerHarness(t, 2)
+	s := h.holder(1, "k")
+	admitted := h.put("k")
+	invalidation(t, s)
+
+	reader := h.session(2)
+	h.get(reader, "k")
+	bound := h.clock.Now().Add(holderWait)
+	h.clock.awaitTimers(t, bound, 1)
+	if hasAnswer(reader) {
+		t.Fatal("answered before HolderWait while the write waited for its holder")
+	}
+	h.clock.advance(holderWait)
+	if r := answer(t, reader); r.Code != 0 || r.LeaseMs != 0 {
+		t.Fatalf("answer: code %d, lease %d ms; want the value without a lease", r.Code, r.LeaseMs)
+	}
+	select {
+	case <-admitted:
+		t.Fatal("the write went ahead without the holder's answer or the lease's end")
+	default:
+	}
+	h.clock.advance(dur)
+	await(t, admitted, "admit when the lease ran out")
 }

@@ -8,6 +8,7 @@ type metrics struct {
 	hits          prometheus.Counter
 	invalidations prometheus.Counter
 	delayed       prometheus.Counter
+	readsWaited   prometheus.Counter
 	delay         prometheus.Histogram
 	held          prometheus.Gauge
 	sessions      prometheus.Gauge
@@ -25,6 +26,8 @@ func newMetrics() *metrics {
 			Help: "Invalidations sent to read-lease holders."}),
 		delayed: prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_read_lease_delayed_writes_total",
 			Help: "Writes held back by read leases: waiting for holders to drop a key, or a new leader waiting out its predecessors' leases."}),
+		readsWaited: prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_read_lease_reads_waited_total",
+			Help: "Cache reads that waited for a write of their key to finish before they were answered (for a write still waiting for its holders, briefly)."}),
 		delay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "corenode_read_lease_write_delay_seconds",
 			Help:    "How long writes held back by read leases waited.",
 			Buckets: []float64{.0005, .001, .002, .004, .008, .016, .032, .064, .128, .256, .512, 1.024, 2.048, 4.096, 8.192}}),
@@ -40,7 +43,7 @@ func newMetrics() *metrics {
 func registeredMetrics(reg prometheus.Registerer) *metrics {
 	m := newMetrics()
 	if reg != nil {
-		reg.MustRegister(m.grants, m.unleased, m.hits, m.invalidations, m.delayed, m.delay, m.held, m.sessions)
+		reg.MustRegister(m.grants, m.unleased, m.hits, m.invalidations, m.delayed, m.readsWaited, m.delay, m.held, m.sessions)
 	}
 	return m
 }

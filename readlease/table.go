@@ -14,8 +14,9 @@
 //   - (B) Writes wait. A write that changes a leased key is proposed only
 //     once every holder of the key has said it dropped the value, or the
 //     last lease has run out. While it waits no new lease is granted on the
-//     key (reads still get the value, without a lease, so readers never
-//     starve a writer), and the grant reads the value under the same lock
+//     key (a read gets the value without a lease, or waits for the write
+//     to apply: Manager.awaitWrites; either way readers never starve a
+//     writer), and the grant reads the value under the same lock
 //     that marks the write, so a grant either precedes the mark (and the
 //     write waits for it) or follows the write's apply (and sees its value).
 //   - (C) Terms do not overlap. A leader grants only within Window of the
@@ -355,6 +356,18 @@ func (t *Table) visitRanges(w Write, visit func(*keyLeases)) {
 	for _, kl := range in {
 		visit(kl)
 	}
+}
+
+// Writing returns the writes admitted by Begin and not yet ended that name
+// key, alone or in a range.
+func (t *Table) Writing(key []byte) []*Pending {
+	var out []*Pending
+	for p := range t.writes {
+		if p.w.covers(key) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Ack records that holder h dropped the keys of invalidation seq, and
