@@ -9,20 +9,15 @@ package node
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -156,33 +151,6 @@ type Node struct {
 	done        sync.WaitGroup
 	closeErr    error
 	closed      sync.Once
-}
-
-// MemberID derives a member's ID from its peer URLs and the cluster token, as
-// etcd does, so a member started to join an existing cluster knows its own ID
-// without asking anyone.
-func MemberID(peerURLs []string, token string) uint64 {
-	urls := slices.Clone(peerURLs)
-	slices.Sort(urls)
-	h := sha256.New()
-	for _, u := range urls {
-		h.Write([]byte(u))
-		h.Write([]byte{0})
-	}
-	h.Write([]byte(token))
-	id := binary.BigEndian.Uint64(h.Sum(nil)[:8])
-	if id == 0 { // zero means "none" in the etcd API
-		id = 1
-	}
-	return id
-}
-
-// ServerID is the raft server ID of a member ID.
-func ServerID(id uint64) raft.ServerID { return raft.ServerID(strconv.FormatUint(id, 16)) }
-
-// ParseServerID is the inverse of ServerID.
-func ParseServerID(s raft.ServerID) (uint64, error) {
-	return strconv.ParseUint(string(s), 16, 64)
 }
 
 // New opens the data dir, restores state and starts raft.
@@ -421,49 +389,3 @@ var ErrTimeout = errors.New("node: request timed out")
 // RestoredIndex is the raft index of the snapshot WriteRestoredSnapshot
 // writes; the state in it must be as of this index.
 const RestoredIndex = 1
-
-// raftConfig is hashicorp/raft's configuration for a member with cfg;
-// notify receives raft's leadership changes.
-func raftConfig(cfg Config, notify chan bool) *raft.Config {
-	rc := raft.DefaultConfig()
-	rc.LocalID = ServerID(cfg.ID)
-	// etcd users think in heartbeat interval and election timeout.
-	// hashicorp/raft heartbeats every HeartbeatTimeout/10 to 2/10, and a
-	// follower that hears nothing for HeartbeatTimeout to twice that starts
-	// an election; so HeartbeatTimeout is ten heartbeat intervals, capped at
-	// half the election timeout, which puts failure detection where etcd's
-	// is (about one election timeout) rather than up to twice as late. A
-	// leader that hears from no quorum for LeaderLeaseTimeout steps down;
-	// raft requires it to be at most HeartbeatTimeout.
-	//
-	// raft's ElectionTimeout is how long a candidate waits (that to twice
-	// that, at random) before it tries again, and a try often fails right
-	// after a leader dies: the first follower to notice asks the others for
-	// a pre-vote while they still have a leader, and they refuse. With the
-	// etcd election timeout there, that wait put failover past 2 s in about
-	// one run in eight (bench-vs-etcd failover). With HeartbeatTimeout
-	// there, the next try comes at least two heartbeat timeouts after the
-	// candidate last heard the leader, by when every follower has noticed.
-	rc.HeartbeatTimeout = min(10*cfg.HeartbeatInterval, cfg.ElectionTimeout/2)
-	rc.ElectionTimeout = rc.HeartbeatTimeout
-	rc.LeaderLeaseTimeout = rc.HeartbeatTimeout
-	rc.CommitTimeout = cfg.CommitNotify
-	rc.SnapshotThreshold = cfg.SnapshotCount
-	rc.SnapshotInterval = cfg.SnapshotInterval
-	rc.TrailingLogs = cfg.SnapshotCount
-	rc.MaxAppendEntries = 512
-	rc.BatchApplyCh = true
-	rc.NotifyCh = notify
-	rc.Logger = raftLogger(cfg, "raft")
-	return rc
-}
-
-// raftLogger is where hashicorp's libraries (raft, raft-wal) write their
-// warnings: cfg.RaftLog, or stderr.
-func raftLogger(cfg Config, name string) hclog.Logger {
-	out := cfg.RaftLog
-	if out == nil {
-		out = os.Stderr
-	}
-	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: out})
-}
