@@ -37,6 +37,7 @@ var commands = []command{
 	{"txn-put", "Txn with --txn-ops puts and no compares (etcd's `benchmark txn-put`)", setupTxnPut},
 	{"lease-grant", "LeaseGrant", setupLeaseGrant},
 	{"lease-keepalive", "KeepAliveOnce on pre-granted leases (etcd's `benchmark lease-keepalive`)", setupLeaseKeepAlive},
+	{"follower-read", "one writer puts through the leader, then reads through a follower (--consistency l once, or s until it shows): how soon a follower serves a write", setupFollowerRead},
 	{"watch", "one writer, many watchers on one key: put-send to watcher-receive latency", setupWatch},
 	{"expiry", "many leases due together, one key each: lag from deadline to the DELETE a watcher sees", setupExpiry},
 	{"failover", "SIGKILL the leader under continuous writes: time to the first acknowledged write (needs --pids)", setupFailover},
