@@ -510,6 +510,7 @@ func (m *Manager) awaitWrites(ctx context.Context, t *term, key []byte) error {
 	for _, g := range gs {
 		select {
 		case <-g.admitted:
+		case <-g.ended: // gave up waiting for its holders: nothing to wait for
 		case <-bound.C():
 			return nil
 		case <-ctx.Done():

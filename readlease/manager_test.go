@@ -387,3 +387,32 @@ func TestReadDoesNotWaitForASilentHolder(t *testing.T) {
 	h.clock.advance(dur)
 	await(t, admitted, "admit when the lease ran out")
 }
+
+// A read waiting for a write that gives up (its proposer went away while it
+// waited for a silent holder) goes ahead at once, not after HolderWait.
+func TestReadGoesOnWhenTheWriteGivesUp(t *testing.T) {
+	h := newManagerHarness(t, 2)
+	s := h.holder(1, "k")
+	data, err := fsm.Encode(fsm.OpPut, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gaveUp := make(chan error, 1)
+	go func() {
+		_, err := h.m.Admit(ctx, fsm.OpPut, data)
+		gaveUp <- err
+	}()
+	invalidation(t, s)
+
+	reader := h.session(2)
+	h.get(reader, "k")
+	h.clock.awaitTimers(t, h.clock.Now().Add(holderWait), 1)
+	cancel()
+	if err := await(t, gaveUp, "the write giving up"); err == nil {
+		t.Fatal("admitted a write whose holder never answered, before its lease ran out")
+	}
+	if r := answer(t, reader); r.Code != 0 || r.LeaseMs != dur.Milliseconds() {
+		t.Fatalf("answer: code %d, lease %d ms; want the value with a lease of %v", r.Code, r.LeaseMs, dur)
+	}
+}
