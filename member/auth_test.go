@@ -253,6 +253,14 @@ func TestJWTTokens(t *testing.T) {
 		c.Restart(i)
 	}
 	leader = c.WaitLeader()
+	// A restarted member's state is its snapshot's until it hears of the
+	// commits after it; until then it takes auth for disabled and forwards
+	// the put without alice's name (a CI flake; the gap is in
+	// operations.md, "What happens when things fail").
+	if err := c.Members[leader].Node().ReadBarrier(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.CatchUp(leader)
 	other := c.Client((leader + 1) % 3)
 	defer other.Close()
 	asAlice := metadata.AppendToOutgoingContext(ctx, rpctypes.TokenFieldNameGRPC, resp.Token)
