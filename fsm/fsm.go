@@ -104,6 +104,14 @@ func (f *FSM) WaitApplied(ctx context.Context, index uint64) error {
 	}
 }
 
+// AppliedChanged returns a channel closed when the FSM's applied index
+// next moves (an applied batch or a restored snapshot).
+func (f *FSM) AppliedChanged() <-chan struct{} {
+	f.amu.Lock()
+	defer f.amu.Unlock()
+	return f.appliedCh
+}
+
 // Committing returns a channel closed when the FSM next starts to apply
 // committed entries: raft's commit index has moved by then. It fires
 // before the entries' watchers are notified, so a leader can tell

@@ -430,6 +430,7 @@ func Start(cfg Config) (*Member, error) {
 	}
 	// Inside the metrics' interceptors, so they count etcd's codes.
 	opts = append(opts, transport.ErrorOptions()...)
+	opts = append(opts, m.server.CatchUpOptions()...)
 	opts = append(opts, m.server.AuthOptions(cfg.ClientTLS.ClientCertAuth)...)
 	m.grpc = grpc.NewServer(opts...)
 	m.server.Register(m.grpc)

@@ -13,22 +13,31 @@ import (
 // adjust each member's Config.
 func startInmem(t *testing.T, n int, opts ...func(*Config)) []*Node {
 	t.Helper()
+	return newInmemCluster(t, n, opts...).nodes
+}
+
+// inmemCluster is startInmem's cluster, kept for tests that restart or cut
+// off a member.
+type inmemCluster struct {
+	t     *testing.T
+	cfgs  []Config
+	trans []*raft.InmemTransport
+	nodes []*Node
+}
+
+func newInmemCluster(t *testing.T, n int, opts ...func(*Config)) *inmemCluster {
+	t.Helper()
+	c := &inmemCluster{t: t}
 	var servers []raft.Server
-	var trans []*raft.InmemTransport
 	for i := range n {
 		addr, tr := raft.NewInmemTransport("")
-		trans = append(trans, tr)
+		c.trans = append(c.trans, tr)
 		servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: ServerID(uint64(i + 1)), Address: addr})
 	}
-	for _, a := range trans {
-		for _, b := range trans {
-			a.Connect(b.LocalAddr(), b)
-		}
-	}
-	var nodes []*Node
+	c.connect()
 	for i := range n {
 		cfg := Config{
-			Name: "m", DataDir: t.TempDir(), ID: uint64(i + 1), Transport: trans[i],
+			Name: "m", DataDir: t.TempDir(), ID: uint64(i + 1), Transport: c.trans[i],
 			Bootstrap: true, InitialMembers: servers,
 			HeartbeatInterval: 20 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond,
 			CommitNotify: time.Hour, RaftLog: discard{},
@@ -36,15 +45,54 @@ func startInmem(t *testing.T, n int, opts ...func(*Config)) []*Node {
 		for _, o := range opts {
 			o(&cfg)
 		}
-		nd, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		nd.Start()
-		t.Cleanup(func() { nd.Close() })
-		nodes = append(nodes, nd)
+		c.cfgs = append(c.cfgs, cfg)
+		c.nodes = append(c.nodes, nil)
+		c.start(i)
 	}
-	return nodes
+	return c
+}
+
+// connect joins every transport to every other.
+func (c *inmemCluster) connect() {
+	for _, a := range c.trans {
+		for _, b := range c.trans {
+			a.Connect(b.LocalAddr(), b)
+		}
+	}
+}
+
+// start starts member i on its config (and data dir).
+func (c *inmemCluster) start(i int) {
+	c.t.Helper()
+	nd, err := New(c.cfgs[i])
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	nd.Start()
+	c.t.Cleanup(func() { nd.Close() })
+	c.nodes[i] = nd
+}
+
+// isolate cuts member i off from the others, both ways.
+func (c *inmemCluster) isolate(i int) {
+	c.trans[i].DisconnectAll()
+	for j, tr := range c.trans {
+		if j != i {
+			tr.Disconnect(c.trans[i].LocalAddr())
+		}
+	}
+}
+
+// restart stops member i and starts it again on its data dir, joined to
+// the others by a new transport at its address.
+func (c *inmemCluster) restart(i int) {
+	c.t.Helper()
+	c.nodes[i].Close()
+	_, tr := raft.NewInmemTransport(c.trans[i].LocalAddr())
+	c.trans[i] = tr
+	c.cfgs[i].Transport = tr
+	c.connect()
+	c.start(i)
 }
 
 type discard struct{}

@@ -144,7 +144,11 @@ type Node struct {
 	removed      chan struct{}
 	leaderChange signal
 	// ready is notified whenever readyTerm changes.
-	ready       signal
+	ready signal
+	// caughtUp is closed once the FSM holds what this member had applied
+	// before it started (catchup.go); start is the log's end then.
+	caughtUp    chan struct{}
+	start       logPosition
 	removedOnce sync.Once
 	startOnce   sync.Once
 	stop        chan struct{}
@@ -226,6 +230,18 @@ func New(cfg Config) (*Node, error) {
 	stable := &guardedStable{StableStore: n.store, s: &n.storage, log: cfg.Logger, stop: n.stop}
 
 	n.repl = newReplication(cfg.Transport, &n.storage)
+	// Before raft starts: a leader's appends may reach it at once.
+	if n.start, err = lastEntry(n.logs); err != nil {
+		n.verifier.Close()
+		stores.Close()
+		return nil, fmt.Errorf("node: read the log's last entry: %w", err)
+	}
+	n.caughtUp = make(chan struct{})
+	if n.start.index == 0 {
+		close(n.caughtUp)
+	} else {
+		n.repl.watchAnswers.Store(true)
+	}
 	notify := make(chan bool, 16)
 	rc := raftConfig(cfg, notify)
 
@@ -299,6 +315,10 @@ func (n *Node) Start() {
 		go n.watchRemoval()
 		go n.followLeader(n.obsCh)
 		go n.probeStorage()
+		if n.start.index > 0 {
+			n.done.Add(1)
+			go n.awaitCatchUp(n.start)
+		}
 	})
 }
 

@@ -4,11 +4,12 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
 
-// replication wraps the raft transport of every member. It does three
+// replication wraps the raft transport of every member. It does these
 // things:
 //
 //   - It keeps hashicorp/raft to one AppendEntries in flight per follower by
@@ -35,6 +36,8 @@ import (
 //     neither follow nor lead until the disk came back, and would then
 //     depose the leader one term higher. Refused, the leader's transfer
 //     fails at once with this member's reason (TransferLeadership).
+//   - While a restarted member catches up (catchup.go), it notices when
+//     raft has answered a leader's append that named a commit index.
 //
 // It relies on two behaviours of hashicorp/raft 1.7, each covered by a
 // test in replication_test.go: a heartbeat is an append with no entries,
@@ -58,6 +61,12 @@ type replication struct {
 
 	mu    sync.Mutex
 	peers map[raft.ServerID]*peerProgress
+
+	// While watchAnswers is set (a restarted member catching up), answered
+	// is notified each time raft has answered a leader's append that named
+	// a commit index: raft sets its commit index before it answers.
+	watchAnswers atomic.Bool
+	answered     signal
 }
 
 // peerProgress is what the leader knows of one follower's log, from appends
@@ -105,9 +114,16 @@ func (r *replication) consume(in <-chan raft.RPC) {
 		case <-r.closed:
 			return
 		}
-		if _, ok := rpc.Command.(*raft.TimeoutNowRequest); ok && r.storage.failed.Load() {
-			rpc.Respond(&raft.TimeoutNowResponse{}, ErrTransfereeCannotPersist)
-			continue
+		switch c := rpc.Command.(type) {
+		case *raft.TimeoutNowRequest:
+			if r.storage.failed.Load() {
+				rpc.Respond(&raft.TimeoutNowResponse{}, ErrTransfereeCannotPersist)
+				continue
+			}
+		case *raft.AppendEntriesRequest:
+			if c.LeaderCommitIndex > 0 && r.watchAnswers.Load() {
+				rpc = r.noticeAnswer(rpc)
+			}
 		}
 		select {
 		case r.consumer <- rpc:
@@ -116,6 +132,24 @@ func (r *replication) consume(in <-chan raft.RPC) {
 			return
 		}
 	}
+}
+
+// noticeAnswer returns rpc with its answer passed on through a goroutine
+// that notifies answered once raft has given it. Only a catching-up member
+// pays for the goroutine.
+func (r *replication) noticeAnswer(rpc raft.RPC) raft.RPC {
+	answer := make(chan raft.RPCResponse, 1)
+	out := rpc.RespChan
+	rpc.RespChan = answer
+	go func() {
+		select {
+		case resp := <-answer:
+			out <- resp // transports give each RPC a buffered channel of one
+			r.answered.Notify()
+		case <-r.closed:
+		}
+	}()
+	return rpc
 }
 
 // errNoCampaign fails the vote requests of a member that cannot persist.

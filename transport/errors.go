@@ -39,6 +39,7 @@ var errTable = []struct {
 	{node.ErrLeaderChanged, rpctypes.ErrGRPCLeaderChanged},
 	{readlease.ErrLeaderChanged, rpctypes.ErrGRPCLeaderChanged},
 	{node.ErrStopped, rpctypes.ErrGRPCStopped},
+	{node.ErrCatchingUp, errGRPCCatchingUp},
 	{node.ErrTimeout, rpctypes.ErrGRPCTimeout},
 	{fsm.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
 	{lessor.ErrTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
@@ -80,6 +81,10 @@ var errTable = []struct {
 // map (rpctypes has no status for it), so it goes out as codes.Unknown with
 // etcd's text.
 var errGRPCTimeoutLeaderTransfer = status.Error(codes.Unknown, "etcdserver: request timed out, leader transfer took too long")
+
+// errGRPCCatchingUp has no etcd counterpart (an etcd member replays its
+// WAL before it serves). Unavailable sends etcd's clients to another member.
+var errGRPCCatchingUp = status.Error(codes.Unavailable, "corenode: this member is catching up with the cluster after its restart")
 
 // mapErr turns an error from below the edge into the gRPC error etcd
 // sends: through errTable, a cancelled request as codes.Canceled, anything

@@ -79,8 +79,14 @@ func (s *Server) alarm(exclude []string) string {
 }
 
 // ready reports whether this member can serve a linearizable request now:
-// there is a leader and it confirms leadership to this member's request.
+// it has caught up after its restart, and there is a leader that confirms
+// its leadership to this member's request.
 func (s *Server) ready(ctx context.Context) error {
+	select {
+	case <-s.node.CaughtUp():
+	default:
+		return errGRPCCatchingUp
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	// A read index from the leader proves it holds a quorum.

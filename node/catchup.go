@@ -1,0 +1,149 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Catching up after a restart. hashicorp/raft 1.7 restores only the latest
+// snapshot into the FSM when it starts, and applies the log after it once
+// it learns those entries are committed: from a leader's append, or by
+// committing an entry of its own term as leader. It keeps no commit index
+// on disk (etcd keeps one in its HardState and replays its WAL up to it).
+// Until then the FSM can hold older state than this member served before
+// it stopped: a serializable read would go back in time, and auth enabled
+// after the snapshot would be unknown, so requests would go unchecked.
+// CaughtUp says when that window has closed; the client edge waits for it.
+//
+// The argument: every entry this member applied before it stopped was
+// committed and in its log when it started, at or before the log's last
+// index L, whose term was T. The FSM holds all of those once it has applied
+// the log through L (committed entries are never removed from a log, and
+// whatever sits at L now is applied only once committed), or through a
+// commit index c this run learned, where c >= L or the entry at c has a
+// term later than T: then a leader of a later term committed its own entry
+// at c, and every entry committed in earlier terms precedes it in its log.
+
+// ErrCatchingUp is a restarted member's refusal to serve before its state
+// includes every write it had applied before the restart.
+var ErrCatchingUp = errors.New("node: this member is catching up with the cluster after its restart")
+
+// logPosition is an entry's place in the log.
+type logPosition struct{ index, term uint64 }
+
+// lastEntry is the last entry of the log as raft will start with it.
+func lastEntry(logs raft.LogStore) (logPosition, error) {
+	last, err := logs.LastIndex()
+	if err != nil || last == 0 {
+		return logPosition{}, err
+	}
+	var l raft.Log
+	if err := logs.GetLog(last, &l); err != nil {
+		return logPosition{}, err
+	}
+	return logPosition{index: last, term: l.Term}, nil
+}
+
+// CaughtUp returns a channel closed once this member's state includes
+// every write it had applied before it (re)started. A new member's is
+// closed from the start.
+func (n *Node) CaughtUp() <-chan struct{} { return n.caughtUp }
+
+// AwaitCaughtUp returns nil once CaughtUp is closed, or ErrCatchingUp when
+// ctx ends first.
+func (n *Node) AwaitCaughtUp(ctx context.Context) error {
+	select {
+	case <-n.caughtUp:
+		return nil
+	default:
+	}
+	select {
+	case <-n.caughtUp:
+		return nil
+	case <-ctx.Done():
+		return ErrCatchingUp
+	}
+}
+
+// holdsStart reports whether the FSM holds every entry start (the log's
+// last entry when raft started) could stand for (see the argument above).
+// Before raft knows any commit index, only a log applied through start
+// will do (a snapshot that covers it, or a tail of no-ops); after, the
+// commit index must reach start or be an entry of a later term. A commit
+// index below start of an earlier term proves nothing: a new leader names
+// its predecessors' commit index until it commits an entry of its own.
+func (n *Node) holdsStart(start logPosition) bool {
+	if n.appliedThrough(start.index) {
+		return true
+	}
+	commit := n.raft.CommitIndex()
+	if commit == 0 {
+		return false
+	}
+	if commit < start.index {
+		var l raft.Log
+		if n.logs.GetLog(commit, &l) != nil || l.Term <= start.term {
+			return false
+		}
+	}
+	// raft hands the FSM a snapshot before it compacts the log behind it,
+	// so stateIndex's fallback to the FSM's own index holds here.
+	return n.fsm.Applied() >= n.stateIndex(commit)
+}
+
+// appliedThrough reports whether the FSM has applied every entry of the
+// log up to index that changes state (raft's no-ops and barriers never
+// reach it). An index past the log's end is not applied: a new leader may
+// have cut the tail that held it. Entries compacted away are in the
+// snapshot the FSM was restored from or has since passed.
+func (n *Node) appliedThrough(index uint64) bool {
+	first, err := n.logs.FirstIndex()
+	if err != nil {
+		return false
+	}
+	last, err := n.logs.LastIndex()
+	if err != nil || index > last {
+		return false
+	}
+	applied := n.fsm.Applied()
+	var l raft.Log
+	for i := index; i > applied && i >= first && i > 0; i-- {
+		if err := n.logs.GetLog(i, &l); err != nil {
+			return false
+		}
+		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
+			return false
+		}
+	}
+	return true
+}
+
+// awaitCatchUp closes caughtUp once the FSM holds start. What can move it
+// there: the FSM applying entries (AppliedChanged), raft handling a
+// leader's append that named a commit index (the replication's answered
+// signal: a commit of entries that never reach the FSM, a leader's no-op,
+// moves nothing else), and this member finishing its own barrier as leader
+// (ready).
+func (n *Node) awaitCatchUp(start logPosition) {
+	defer n.done.Done()
+	defer n.repl.watchAnswers.Store(false)
+	began := time.Now()
+	for {
+		applied, answered, ready := n.fsm.AppliedChanged(), n.repl.answered.Wait(), n.ready.Wait()
+		if n.holdsStart(start) {
+			close(n.caughtUp)
+			n.log.Info("caught up after restart", "log-end", start.index, "applied", n.fsm.Applied(), "took", time.Since(began))
+			return
+		}
+		select {
+		case <-applied:
+		case <-answered:
+		case <-ready:
+		case <-n.stop:
+			return
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package transport
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+)
+
+// A restarted member serves clients only once its state includes every
+// write it had applied before the restart (node.CaughtUp). Until then a
+// call waits, for at most two election timeouts (one heartbeat usually
+// settles it; a member cut off from a quorum never catches up), and then
+// fails with Unavailable, which etcd's clients take as "try another
+// member". Status is exempt: an operator looks at a member that is
+// catching up to see why, and it reports the indexes, not the state.
+
+// untilCaughtUp is exempt from the wait.
+var untilCaughtUp = map[string]bool{
+	"/etcdserverpb.Maintenance/Status": true,
+}
+
+// CatchUpOptions returns the client port's interceptors that hold calls
+// until this member has caught up after a restart. They go before the auth
+// interceptors: auth enabled after the member's snapshot is known only
+// after the catch-up.
+func (s *Server) CatchUpOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := s.awaitCaughtUp(ctx, info.FullMethod); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}),
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := s.awaitCaughtUp(ss.Context(), info.FullMethod); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}),
+	}
+}
+
+func (s *Server) awaitCaughtUp(ctx context.Context, method string) error {
+	if untilCaughtUp[method] {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*s.grace)
+	defer cancel()
+	return s.node.AwaitCaughtUp(ctx)
+}
