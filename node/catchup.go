@@ -8,7 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Catching up after a restart. hashicorp/raft 1.7 restores only the latest
+// Catching up after a restart (and on joining). hashicorp/raft 1.7 restores only the latest
 // snapshot into the FSM when it starts, and applies the log after it once
 // it learns those entries are committed: from a leader's append, or by
 // committing an entry of its own term as leader. It keeps no commit index
@@ -27,9 +27,18 @@ import (
 // term later than T: then a leader of a later term committed its own entry
 // at c, and every entry committed in earlier terms precedes it in its log.
 
-// ErrCatchingUp is a restarted member's refusal to serve before its state
-// includes every write it had applied before the restart.
-var ErrCatchingUp = errors.New("node: this member is catching up with the cluster after its restart")
+// A member joining a running cluster starts with no log and no snapshot.
+// It applied nothing before, but its clients expect the cluster's state,
+// not an empty store (etcd's new member serves once it has applied its own
+// publish entry), so it serves once it has applied through the first
+// commit index a leader named to it. (raft's own commit index will not do:
+// it is capped at the end of the follower's log, which the leader fills a
+// batch at a time.)
+var joining = logPosition{index: 1}
+
+// ErrCatchingUp is a member's refusal to serve before it has caught up
+// (CaughtUp).
+var ErrCatchingUp = errors.New("node: this member is still catching up with the cluster since it started")
 
 // logPosition is an entry's place in the log.
 type logPosition struct{ index, term uint64 }
@@ -48,8 +57,10 @@ func lastEntry(logs raft.LogStore) (logPosition, error) {
 }
 
 // CaughtUp returns a channel closed once this member's state includes
-// every write it had applied before it (re)started. A new member's is
-// closed from the start.
+// every write it had applied before it restarted or, joining a running
+// cluster, what the leader had committed when it first heard from it. It
+// is closed from the start when there is nothing to wait for: a snapshot
+// with no log after it.
 func (n *Node) CaughtUp() <-chan struct{} { return n.caughtUp }
 
 // AwaitCaughtUp returns nil once CaughtUp is closed, or ErrCatchingUp when
@@ -76,6 +87,16 @@ func (n *Node) AwaitCaughtUp(ctx context.Context) error {
 // index below start of an earlier term proves nothing: a new leader names
 // its predecessors' commit index until it commits an entry of its own.
 func (n *Node) holdsStart(start logPosition) bool {
+	if t := n.readyTerm.Load(); t != 0 && t == n.raft.CurrentTerm() {
+		// A leader that has applied its predecessors' entries holds every
+		// committed entry (Leader Completeness), and a single member
+		// hears from no leader but itself.
+		return true
+	}
+	if start == joining {
+		named := n.repl.firstCommitNamed.Load()
+		return named > 0 && n.raft.CommitIndex() >= named && n.fsm.Applied() >= n.stateIndex(named)
+	}
 	if n.appliedThrough(start.index) {
 		return true
 	}
@@ -135,7 +156,7 @@ func (n *Node) awaitCatchUp(start logPosition) {
 		applied, answered, ready := n.fsm.AppliedChanged(), n.repl.answered.Wait(), n.ready.Wait()
 		if n.holdsStart(start) {
 			close(n.caughtUp)
-			n.log.Info("caught up after restart", "log-end", start.index, "applied", n.fsm.Applied(), "took", time.Since(began))
+			n.log.Info("caught up since start", "log-end", start.index, "applied", n.fsm.Applied(), "took", time.Since(began))
 			return
 		}
 		select {

@@ -71,6 +71,43 @@ func TestRestartedFollowerCatchesUp(t *testing.T) {
 	}
 }
 
+// TestSingleMemberCatchesUp: a one-member cluster hears from no leader but
+// itself: new (its log holds the bootstrap configuration) and restarted,
+// it catches up once it leads.
+func TestSingleMemberCatchesUp(t *testing.T) {
+	c := newInmemCluster(t, 1, noCheckpoints)
+	waitLeader(t, c.nodes)
+	awaitCaughtUp(t, c.nodes[0])
+	put(t, c.nodes[0], "k")
+	c.restart(0)
+	awaitCaughtUp(t, c.nodes[0])
+	if kvs := c.nodes[0].Store().KeyCount(); kvs != 1 {
+		t.Fatalf("caught up with %d keys, want 1", kvs)
+	}
+}
+
+// TestJoiningMemberCatchesUp: a member added to a running cluster serves
+// once it holds what the leader had committed when it first heard from it,
+// not at its first commit: the leader sends a log longer than one append
+// (MaxAppendEntries) a batch at a time, each committing up to its end.
+func TestJoiningMemberCatchesUp(t *testing.T) {
+	c := newInmemCluster(t, 3, noCheckpoints)
+	l := waitLeader(t, c.nodes)
+	const keys = 1200
+	for i := range keys {
+		put(t, c.nodes[l], fmt.Sprintf("k%d", i))
+	}
+	j := c.join(l)
+	n := c.nodes[j]
+	if n.start != joining {
+		t.Fatalf("a joining member starts at %+v, want %+v", n.start, joining)
+	}
+	awaitCaughtUp(t, n)
+	if got := n.Store().KeyCount(); got != keys {
+		t.Fatalf("caught up with %d keys, want %d", got, keys)
+	}
+}
+
 // TestCaughtUpAfterTheTailIsCut covers the second half of the argument in
 // catchup.go. A leader cut off from the others appends entries no one else
 // holds; the others elect a new leader, which appends only its no-op and

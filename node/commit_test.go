@@ -83,6 +83,23 @@ func (c *inmemCluster) isolate(i int) {
 	}
 }
 
+// join starts a new member with an empty data dir, joined to the others,
+// and has the leader l add it as a voter; it returns the member's index.
+func (c *inmemCluster) join(l int) int {
+	c.t.Helper()
+	addr, tr := raft.NewInmemTransport("")
+	i := len(c.nodes)
+	cfg := c.cfgs[0]
+	cfg.DataDir, cfg.ID, cfg.Transport, cfg.Bootstrap, cfg.InitialMembers = c.t.TempDir(), uint64(i+1), tr, false, nil
+	c.cfgs, c.trans, c.nodes = append(c.cfgs, cfg), append(c.trans, tr), append(c.nodes, nil)
+	c.connect()
+	c.start(i)
+	if err := c.nodes[l].AddMember(nil, cfg.ID, string(addr)); err != nil {
+		c.t.Fatal(err)
+	}
+	return i
+}
+
 // restart stops member i and starts it again on its data dir, joined to
 // the others by a new transport at its address.
 func (c *inmemCluster) restart(i int) {

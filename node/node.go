@@ -230,18 +230,6 @@ func New(cfg Config) (*Node, error) {
 	stable := &guardedStable{StableStore: n.store, s: &n.storage, log: cfg.Logger, stop: n.stop}
 
 	n.repl = newReplication(cfg.Transport, &n.storage)
-	// Before raft starts: a leader's appends may reach it at once.
-	if n.start, err = lastEntry(n.logs); err != nil {
-		n.verifier.Close()
-		stores.Close()
-		return nil, fmt.Errorf("node: read the log's last entry: %w", err)
-	}
-	n.caughtUp = make(chan struct{})
-	if n.start.index == 0 {
-		close(n.caughtUp)
-	} else {
-		n.repl.watchAnswers.Store(true)
-	}
 	notify := make(chan bool, 16)
 	rc := raftConfig(cfg, notify)
 
@@ -263,6 +251,24 @@ func New(cfg Config) (*Node, error) {
 		}
 	}
 
+	// After a bootstrap (its configuration is entry 1), before raft starts
+	// (a leader's appends may reach it at once).
+	if n.start, err = lastEntry(n.logs); err != nil {
+		n.verifier.Close()
+		stores.Close()
+		return nil, fmt.Errorf("node: read the log's last entry: %w", err)
+	}
+	if n.start.index == 0 {
+		if metas, err := snaps.List(); err == nil && len(metas) == 0 {
+			n.start = joining
+		}
+	}
+	n.caughtUp = make(chan struct{})
+	if n.start.index == 0 {
+		close(n.caughtUp) // a snapshot and no log after it: all it had
+	} else {
+		n.repl.watchAnswers.Store(true)
+	}
 	// From here on raft's main goroutine may write its term, which must
 	// not fail (guardedStable).
 	stable.running.Store(true)

@@ -65,8 +65,10 @@ type replication struct {
 	// While watchAnswers is set (a restarted member catching up), answered
 	// is notified each time raft has answered a leader's append that named
 	// a commit index: raft sets its commit index before it answers.
-	watchAnswers atomic.Bool
-	answered     signal
+	// firstCommitNamed is the first such index.
+	watchAnswers     atomic.Bool
+	answered         signal
+	firstCommitNamed atomic.Uint64
 }
 
 // peerProgress is what the leader knows of one follower's log, from appends
@@ -122,6 +124,7 @@ func (r *replication) consume(in <-chan raft.RPC) {
 			}
 		case *raft.AppendEntriesRequest:
 			if c.LeaderCommitIndex > 0 && r.watchAnswers.Load() {
+				r.firstCommitNamed.CompareAndSwap(0, c.LeaderCommitIndex)
 				rpc = r.noticeAnswer(rpc)
 			}
 		}

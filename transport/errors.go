@@ -84,7 +84,7 @@ var errGRPCTimeoutLeaderTransfer = status.Error(codes.Unknown, "etcdserver: requ
 
 // errGRPCCatchingUp has no etcd counterpart (an etcd member replays its
 // WAL before it serves). Unavailable sends etcd's clients to another member.
-var errGRPCCatchingUp = status.Error(codes.Unavailable, "corenode: this member is catching up with the cluster after its restart")
+var errGRPCCatchingUp = status.Error(codes.Unavailable, "corenode: this member is still catching up with the cluster since it started")
 
 // mapErr turns an error from below the edge into the gRPC error etcd
 // sends: through errTable, a cancelled request as codes.Canceled, anything

@@ -1,0 +1,186 @@
+package transport
+
+import (
+	"context"
+	"errors"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/corenode/corenode/auth"
+	"github.com/corenode/corenode/fsm"
+)
+
+// authService is etcd's Auth service. Every request but Authenticate goes
+// through the log as fsm.OpAuth with the caller in its header, as etcd's
+// does; passwords are hashed here, never in the log.
+type authService struct{ s *Server }
+
+// authResponse is what every Auth service answer is.
+type authResponse interface {
+	fsm.Message
+	GetHeader() *pb.ResponseHeader
+}
+
+func authCall[T authResponse](a *authService, ctx context.Context, r *pb.InternalRaftRequest) (T, error) {
+	var zero T
+	if r.Header == nil {
+		hdr, err := a.s.as(ctx)
+		if err != nil {
+			return zero, err
+		}
+		r.Header = hdr
+	}
+	resp, err := propose[T](a.s, ctx, fsm.OpAuth, r)
+	if err != nil {
+		return zero, err
+	}
+	a.s.header(resp.GetHeader())
+	return resp, nil
+}
+
+func (a *authService) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
+	return authCall[*pb.AuthEnableResponse](a, ctx, &pb.InternalRaftRequest{AuthEnable: r})
+}
+
+func (a *authService) AuthDisable(ctx context.Context, r *pb.AuthDisableRequest) (*pb.AuthDisableResponse, error) {
+	return authCall[*pb.AuthDisableResponse](a, ctx, &pb.InternalRaftRequest{AuthDisable: r})
+}
+
+func (a *authService) AuthStatus(ctx context.Context, r *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
+	return authCall[*pb.AuthStatusResponse](a, ctx, &pb.InternalRaftRequest{AuthStatus: r})
+}
+
+func (a *authService) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb.AuthUserAddResponse, error) {
+	if r.Options == nil || !r.Options.NoPassword {
+		h, err := auth.HashPassword(r.Password, a.s.authStore().BcryptCost())
+		if err != nil {
+			return nil, mapErr(ctx, err)
+		}
+		r = &pb.AuthUserAddRequest{Name: r.Name, Options: r.Options, HashedPassword: h}
+	}
+	return authCall[*pb.AuthUserAddResponse](a, ctx, &pb.InternalRaftRequest{AuthUserAdd: r})
+}
+
+func (a *authService) UserGet(ctx context.Context, r *pb.AuthUserGetRequest) (*pb.AuthUserGetResponse, error) {
+	return authCall[*pb.AuthUserGetResponse](a, ctx, &pb.InternalRaftRequest{AuthUserGet: r})
+}
+
+func (a *authService) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*pb.AuthUserListResponse, error) {
+	return authCall[*pb.AuthUserListResponse](a, ctx, &pb.InternalRaftRequest{AuthUserList: r})
+}
+
+func (a *authService) UserDelete(ctx context.Context, r *pb.AuthUserDeleteRequest) (*pb.AuthUserDeleteResponse, error) {
+	return authCall[*pb.AuthUserDeleteResponse](a, ctx, &pb.InternalRaftRequest{AuthUserDelete: r})
+}
+
+func (a *authService) UserChangePassword(ctx context.Context, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
+	h, err := auth.HashPassword(r.Password, a.s.authStore().BcryptCost())
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	r = &pb.AuthUserChangePasswordRequest{Name: r.Name, HashedPassword: h}
+	return authCall[*pb.AuthUserChangePasswordResponse](a, ctx, &pb.InternalRaftRequest{AuthUserChangePassword: r})
+}
+
+func (a *authService) UserGrantRole(ctx context.Context, r *pb.AuthUserGrantRoleRequest) (*pb.AuthUserGrantRoleResponse, error) {
+	return authCall[*pb.AuthUserGrantRoleResponse](a, ctx, &pb.InternalRaftRequest{AuthUserGrantRole: r})
+}
+
+func (a *authService) UserRevokeRole(ctx context.Context, r *pb.AuthUserRevokeRoleRequest) (*pb.AuthUserRevokeRoleResponse, error) {
+	return authCall[*pb.AuthUserRevokeRoleResponse](a, ctx, &pb.InternalRaftRequest{AuthUserRevokeRole: r})
+}
+
+func (a *authService) RoleAdd(ctx context.Context, r *pb.AuthRoleAddRequest) (*pb.AuthRoleAddResponse, error) {
+	return authCall[*pb.AuthRoleAddResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleAdd: r})
+}
+
+func (a *authService) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb.AuthRoleGetResponse, error) {
+	return authCall[*pb.AuthRoleGetResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleGet: r})
+}
+
+func (a *authService) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*pb.AuthRoleListResponse, error) {
+	return authCall[*pb.AuthRoleListResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleList: r})
+}
+
+func (a *authService) RoleDelete(ctx context.Context, r *pb.AuthRoleDeleteRequest) (*pb.AuthRoleDeleteResponse, error) {
+	return authCall[*pb.AuthRoleDeleteResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleDelete: r})
+}
+
+func (a *authService) RoleGrantPermission(ctx context.Context, r *pb.AuthRoleGrantPermissionRequest) (*pb.AuthRoleGrantPermissionResponse, error) {
+	return authCall[*pb.AuthRoleGrantPermissionResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleGrantPermission: r})
+}
+
+func (a *authService) RoleRevokePermission(ctx context.Context, r *pb.AuthRoleRevokePermissionRequest) (*pb.AuthRoleRevokePermissionResponse, error) {
+	return authCall[*pb.AuthRoleRevokePermissionResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleRevokePermission: r})
+}
+
+// Authenticate checks the password here (bcrypt, with the back-off after
+// failures), then commits the token through the log so every member knows
+// it. If the auth state changed between the check and the commit (a new
+// password, say), the entry is refused and the check runs again, as etcd's
+// optimistic loop does.
+func (a *authService) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
+	st := a.s.authStore()
+	// caughtUp waits until this member has applied every entry committed
+	// before the call.
+	caughtUp := func() error {
+		_, err := linearizable(a.s, ctx, func() (struct{}, error) { return struct{}{}, nil })
+		return err
+	}
+	for attempt := 0; ; attempt++ {
+		// Check against state that includes every change acknowledged
+		// before this call (a password just changed, say).
+		if err := caughtUp(); err != nil {
+			return nil, err
+		}
+		rev, err := st.Login(r.Name, r.Password)
+		a.s.countLogin(err)
+		if err != nil {
+			return nil, mapErr(ctx, err)
+		}
+		prefix, err := auth.NewTokenPrefix()
+		if err != nil {
+			return nil, mapErr(ctx, err)
+		}
+		req := &pb.InternalRaftRequest{Header: &pb.RequestHeader{AuthRevision: rev},
+			Authenticate: &pb.InternalAuthenticateRequest{Name: r.Name, SimpleToken: prefix}}
+		resp, err := authCall[*pb.AuthenticateResponse](a, ctx, req)
+		if errors.Is(err, rpctypes.ErrGRPCAuthOldRevision) && attempt < 3 {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		// The leader applied the token's entry; this member, which the
+		// client will call with the token next, must know it too.
+		if err := caughtUp(); err != nil {
+			return nil, err
+		}
+		return resp, nil
+	}
+}
+
+// RegisterAuthMetrics adds the login counters to reg.
+func (s *Server) RegisterAuthMetrics(reg prometheus.Registerer) {
+	s.logins = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corenode_auth_logins_total",
+		Help: "Authenticate calls checked on this member, by result: ok, password (wrong password), user (no such user, or one without a password), backoff (refused unchecked after repeated failures)."},
+		[]string{"result"})
+	reg.MustRegister(s.logins)
+}
+
+func (s *Server) countLogin(err error) {
+	if s.logins == nil || errors.Is(err, auth.ErrAuthNotEnabled) {
+		return
+	}
+	result := "ok"
+	var le *auth.LoginError
+	if errors.As(err, &le) {
+		result = le.Reason
+	} else if err != nil {
+		return
+	}
+	s.logins.WithLabelValues(result).Inc()
+}

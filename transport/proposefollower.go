@@ -1,0 +1,273 @@
+package transport
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// errNotSent fails a forwarded command that never left this member: it
+// may be sent again without being applied twice.
+var errNotSent = rpctypes.ErrGRPCNotLeader
+
+// proposalForwarder is a follower's side: one stream to the current leader,
+// commands multiplexed on it by id.
+type proposalForwarder struct {
+	mu     sync.Mutex
+	conn   *grpc.ClientConn
+	stream *proposalStream
+	closed bool
+	// open mirrors stream != nil, so the leader's write path can tell
+	// without the lock that it has nothing to retire.
+	open atomic.Bool
+}
+
+type proposalStream struct {
+	cs     grpc.ClientStream
+	cancel context.CancelFunc
+	out    chan outgoing
+
+	mu      sync.Mutex
+	next    uint64
+	waiters map[uint64]*proposalWaiter
+	broken  bool
+}
+
+type outgoing struct {
+	id  uint64
+	cmd []byte
+}
+
+type proposalWaiter struct {
+	ch chan proposalAnswer // buffered: an answer never blocks the receiver
+	// sent is set once the command was handed to the stream: from then on
+	// a broken stream leaves its outcome unknown. Guarded by the stream's mu.
+	sent bool
+}
+
+// propose sends cmd to the leader over conn and returns the leader's
+// answer. changed is closed when this member sees the leader change; the
+// call then waits at most grace longer and returns errLeaderChanged, as a
+// unary forward does. A command that never left returns errNotSent.
+func (f *proposalForwarder) propose(ctx context.Context, changed <-chan struct{}, grace time.Duration, conn *grpc.ClientConn, cmd []byte) ([]byte, error) {
+	st, err := f.streamTo(conn, grace)
+	if err != nil {
+		return nil, errNotSent
+	}
+	id, w, ok := st.add()
+	if !ok {
+		return nil, errNotSent
+	}
+	var a proposalAnswer
+	select {
+	case st.out <- outgoing{id: id, cmd: cmd}:
+	case a = <-w.ch: // the stream broke first
+		return a.body, a.err
+	case <-ctx.Done():
+		st.drop(id)
+		return nil, ctx.Err()
+	}
+	a, _, err = await(ctx, changed, grace, w.ch)
+	if err != nil {
+		st.drop(id)
+		return nil, err
+	}
+	return a.body, a.err
+}
+
+// streamTo returns the stream to conn's member, opening it, and retiring a
+// stream to an earlier leader after grace (its calls may still be
+// answered meanwhile).
+func (f *proposalForwarder) streamTo(conn *grpc.ClientConn, grace time.Duration) (*proposalStream, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, errors.New("transport: server closed")
+	}
+	if f.conn == conn && f.stream != nil && !f.stream.isBroken() {
+		return f.stream, nil
+	}
+	f.retireLocked(grace)
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), forwardedKey, "1"))
+	cs, err := conn.NewStream(ctx, &proposeStreamDesc, "/corenode.Peer/Propose", grpc.CallContentSubtype(frameCodecName))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	st := &proposalStream{cs: cs, cancel: cancel, out: make(chan outgoing, 1024), waiters: map[uint64]*proposalWaiter{}}
+	go st.send(ctx)
+	go st.receive()
+	f.conn, f.stream = conn, st
+	f.open.Store(true)
+	return st, nil
+}
+
+// retire drops the stream to a former leader once this member leads
+// itself; calls still waiting on it get grace to be answered.
+func (f *proposalForwarder) retire(grace time.Duration) {
+	if !f.open.Load() {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.retireLocked(grace)
+}
+
+func (f *proposalForwarder) retireLocked(grace time.Duration) {
+	if old := f.stream; old != nil {
+		time.AfterFunc(grace, old.cancel)
+	}
+	f.conn, f.stream = nil, nil
+	f.open.Store(false)
+}
+
+func (f *proposalForwarder) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	if f.stream != nil {
+		f.stream.cancel()
+		f.stream = nil
+	}
+	f.open.Store(false)
+}
+
+func (st *proposalStream) isBroken() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.broken
+}
+
+func (st *proposalStream) add() (uint64, *proposalWaiter, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.broken {
+		return 0, nil, false
+	}
+	st.next++
+	w := &proposalWaiter{ch: make(chan proposalAnswer, 1)}
+	st.waiters[st.next] = w
+	return st.next, w, true
+}
+
+func (st *proposalStream) drop(id uint64) {
+	st.mu.Lock()
+	delete(st.waiters, id)
+	st.mu.Unlock()
+}
+
+// send gathers waiting commands into frames.
+func (st *proposalStream) send(ctx context.Context) {
+	var ids []uint64
+	for {
+		ids = ids[:0]
+		buf, ok := nextFrame(ctx, st.out, func(buf frame, o outgoing) frame {
+			ids = append(ids, o.id)
+			return appendRequest(buf, o)
+		})
+		if !ok {
+			st.fail()
+			return
+		}
+		st.mu.Lock()
+		for _, id := range ids {
+			if w := st.waiters[id]; w != nil {
+				w.sent = true
+			}
+		}
+		st.mu.Unlock()
+		if err := st.cs.SendMsg(&buf); err != nil {
+			st.cancel()
+			st.fail()
+			return
+		}
+	}
+}
+
+// nextFrame waits for one item on ch and adds it, and whatever else is
+// already waiting (up to maxFrameBytes), to a new frame: gRPC may still
+// hold the last frame after SendMsg returns, so frames are never reused.
+// ok is false once ctx ends.
+func nextFrame[T any](ctx context.Context, ch <-chan T, add func(frame, T) frame) (buf frame, ok bool) {
+	select {
+	case v := <-ch:
+		buf = add(nil, v)
+	case <-ctx.Done():
+		return nil, false
+	}
+	for len(buf) < maxFrameBytes {
+		select {
+		case v := <-ch:
+			buf = add(buf, v)
+		default:
+			return buf, true
+		}
+	}
+	return buf, true
+}
+
+func appendRequest(buf frame, o outgoing) frame {
+	buf = binary.AppendUvarint(buf, o.id)
+	buf = binary.AppendUvarint(buf, uint64(len(o.cmd)))
+	return append(buf, o.cmd...)
+}
+
+// receive routes answers to their waiters until the stream ends.
+func (st *proposalStream) receive() {
+	defer st.fail()
+	var in frame
+	for {
+		if err := st.cs.RecvMsg(&in); err != nil {
+			st.cancel()
+			return
+		}
+		for b := []byte(in); len(b) > 0; {
+			var kind byte
+			id, body, rest, err := readRecord(b, &kind)
+			if err != nil {
+				st.cancel()
+				return
+			}
+			b = rest
+			a := proposalAnswer{}
+			if kind == answerOK {
+				a.body = append([]byte(nil), body...) // in is reused
+			} else {
+				a.err = decodeAnswerErr(body)
+			}
+			st.mu.Lock()
+			w := st.waiters[id]
+			delete(st.waiters, id)
+			st.mu.Unlock()
+			if w != nil {
+				w.ch <- a
+			}
+		}
+	}
+}
+
+// fail ends the stream for every waiter: a command still queued here may
+// be sent again; one handed to the stream may have been applied.
+func (st *proposalStream) fail() {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.broken {
+		return
+	}
+	st.broken = true
+	for id, w := range st.waiters {
+		err := errNotSent
+		if w.sent {
+			err = errLeaderChanged
+		}
+		w.ch <- proposalAnswer{err: err}
+		delete(st.waiters, id)
+	}
+}
