@@ -14,10 +14,10 @@ import (
 )
 
 // noCheckpoints keeps a test cluster's log to the test's own writes: no
-// verification checkpoints (barriers) appended meanwhile. It also restores
-// raft's own commit notice (startInmem turns it off): a restarted follower
-// learns the commit index from raft's next append, as the leader's commit
-// teller believes it told the follower before its restart.
+// verification checkpoints (barriers) appended meanwhile. It also sets
+// CommitNotify back from startInmem's hour: the commit teller tries a
+// follower that was down again after that long, and raft's own idle
+// appends come that often.
 func noCheckpoints(cfg *Config) {
 	cfg.LogVerifyInterval = time.Hour
 	cfg.CommitNotify = 50 * time.Millisecond

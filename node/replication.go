@@ -179,7 +179,11 @@ func (r *replication) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (
 // and records what the answer proves.
 func (r *replication) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	if args.PrevLogEntry == 0 && len(args.Entries) == 0 && args.LeaderCommitIndex == 0 {
-		return r.Transport.AppendEntries(id, target, args, resp) // a heartbeat
+		err := r.Transport.AppendEntries(id, target, args, resp) // a heartbeat
+		if err != nil {
+			r.unreachable(id, args.Term)
+		}
+		return err
 	}
 	last := args.PrevLogEntry
 	if n := len(args.Entries); n > 0 {
@@ -204,6 +208,9 @@ func (r *replication) AppendEntries(id raft.ServerID, target raft.ServerAddress,
 	if counted && p.term == args.Term {
 		p.inflight--
 	}
+	if err != nil && p.term == args.Term {
+		p.told = 0 // see unreachable
+	}
 	if err == nil && resp.Success && resp.Term == args.Term && p.term == args.Term {
 		p.match = max(p.match, last)
 		// The follower set its commit index to min(LeaderCommitIndex, its
@@ -212,6 +219,23 @@ func (r *replication) AppendEntries(id raft.ServerID, target raft.ServerAddress,
 	}
 	p.changedLocked()
 	return err
+}
+
+// unreachable notes that an append to id failed in transport: the
+// follower may be down, and a follower that restarts forgets every commit
+// index it was told (raft keeps none on disk). It keeps what it holds, so
+// match stands, but told is reset, and the commit teller tells it again
+// as soon as it answers. Without this a restarted follower of an idle
+// leader learns the commit index only from raft's next append to it, which
+// raft delays after failures (up to seconds of backoff), and serves no
+// client until then (catchup.go).
+func (r *replication) unreachable(id raft.ServerID, term uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.peerLocked(id, term); p.term == term && p.told > 0 {
+		p.told = 0
+		p.changedLocked()
+	}
 }
 
 // peerLocked returns id's progress, reset when term is newer than what it

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -15,11 +16,15 @@ type recordingTransport struct {
 
 	mu   sync.Mutex
 	sent []raft.AppendEntriesRequest
+	down bool // fail every append, as to a follower that is down
 }
 
 func (t *recordingTransport) AppendEntries(_ raft.ServerID, _ raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.down {
+		return errors.New("connection refused")
+	}
 	t.sent = append(t.sent, *args)
 	*resp = raft.AppendEntriesResponse{Term: args.Term, Success: true}
 	return nil
@@ -79,6 +84,42 @@ func TestProgressFollowsAnswers(t *testing.T) {
 	// A later term starts from nothing: the old match proves nothing.
 	if match, told, _, _ := r.progress(f, 4); match != 0 || told != 0 {
 		t.Fatalf("term 4 starts at match %d told %d", match, told)
+	}
+}
+
+// TestUnreachableFollowerIsToldAgain: a follower that cannot be reached
+// may be restarting, and a restarted follower forgets the commit index it
+// was told; a failed heartbeat or append resets told (match stands: the
+// follower keeps its log) and wakes the commit teller.
+func TestUnreachableFollowerIsToldAgain(t *testing.T) {
+	for _, kind := range []string{"heartbeat", "append"} {
+		t.Run(kind, func(t *testing.T) {
+			r, rt := newRecordingReplication(t)
+			const f = raft.ServerID("f1")
+			var resp raft.AppendEntriesResponse
+			if err := r.AppendEntries(f, "f1", appendReq(3, 10, 3, entries(3, 11, 14)), &resp); err != nil {
+				t.Fatal(err)
+			}
+			_, _, _, changed := r.progress(f, 3)
+			rt.mu.Lock()
+			rt.down = true
+			rt.mu.Unlock()
+			req := &raft.AppendEntriesRequest{Term: 3} // a heartbeat
+			if kind == "append" {
+				req = appendReq(3, 14, 3, entries(3, 15, 15))
+			}
+			if err := r.AppendEntries(f, "f1", req, &resp); err == nil {
+				t.Fatal("an append to a follower that is down succeeded")
+			}
+			select {
+			case <-changed:
+			default:
+				t.Fatal("a failed append did not wake the commit teller")
+			}
+			if match, told, inflight, _ := r.progress(f, 3); match != 14 || told != 0 || inflight {
+				t.Fatalf("after a failed %s: match %d told %d inflight %v, want 14 0 false", kind, match, told, inflight)
+			}
+		})
 	}
 }
 
