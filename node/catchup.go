@@ -8,10 +8,11 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Catching up after a restart (and on joining). hashicorp/raft 1.7 restores only the latest
-// snapshot into the FSM when it starts, and applies the log after it once
-// it learns those entries are committed: from a leader's append, or by
-// committing an entry of its own term as leader. It keeps no commit index
+// Catching up after a restart (and on joining). hashicorp/raft 1.7
+// restores only the latest snapshot into the FSM when it starts, and
+// applies the log after it once it learns those entries are committed:
+// from a leader's append, or by committing an entry of its own term as
+// leader. It keeps no commit index
 // on disk (etcd keeps one in its HardState and replays its WAL up to it).
 // Until then the FSM can hold older state than this member served before
 // it stopped: a serializable read would go back in time, and auth enabled
