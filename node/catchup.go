@@ -117,30 +117,11 @@ func (n *Node) holdsStart(start logPosition) bool {
 }
 
 // appliedThrough reports whether the FSM has applied every entry of the
-// log up to index that changes state (raft's no-ops and barriers never
-// reach it). An index past the log's end is not applied: a new leader may
-// have cut the tail that held it. Entries compacted away are in the
-// snapshot the FSM was restored from or has since passed.
+// log up to index that changes state (stateIndex). An index past the log's
+// end is not applied: a new leader may have cut the tail that held it.
 func (n *Node) appliedThrough(index uint64) bool {
-	first, err := n.logs.FirstIndex()
-	if err != nil {
-		return false
-	}
 	last, err := n.logs.LastIndex()
-	if err != nil || index > last {
-		return false
-	}
-	applied := n.fsm.Applied()
-	var l raft.Log
-	for i := index; i > applied && i >= first && i > 0; i-- {
-		if err := n.logs.GetLog(i, &l); err != nil {
-			return false
-		}
-		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
-			return false
-		}
-	}
-	return true
+	return err == nil && index <= last && n.fsm.Applied() >= n.stateIndex(index)
 }
 
 // awaitCatchUp closes caughtUp once the FSM holds start. What can move it

@@ -174,7 +174,6 @@ func TestRaftCommitsBeforeAnswering(t *testing.T) {
 	byAddr := map[raft.ServerAddress]*Node{}
 	checked, late := 0, []string{}
 	wrap := func(cfg *Config) {
-		cfg.LogVerifyInterval = time.Hour
 		cfg.Transport = &answerCheck{InmemTransport: cfg.Transport.(*raft.InmemTransport), check: func(target raft.ServerAddress, args *raft.AppendEntriesRequest) {
 			mu.Lock()
 			defer mu.Unlock()
