@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -190,11 +191,12 @@ func (c *Compose) Resume(ctx context.Context, i int) error {
 func (c *Compose) Isolate(ctx context.Context, i int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, err := docker(ctx, "network", "disconnect", c.network, c.containers[i]); err != nil {
-		return err
-	}
+	// Marked before the attempt: a disconnect that fails or is cut short
+	// (its context ended as the run's faults did) may still have taken
+	// effect in the daemon, and HealNetwork must then reconnect it.
 	c.isolated[i] = true
-	return nil
+	_, err := docker(ctx, "network", "disconnect", c.network, c.containers[i])
+	return err
 }
 
 func (c *Compose) Cut(ctx context.Context, a, b int) error { return ErrUnsupported }
@@ -212,6 +214,11 @@ func (c *Compose) HealNetwork(ctx context.Context) error {
 	defer c.mu.Unlock()
 	var errs []string
 	for i := range c.isolated {
+		out, err := docker(ctx, "inspect", "--format", "{{range $net, $_ := .NetworkSettings.Networks}}{{$net}} {{end}}", c.containers[i])
+		if err == nil && slices.Contains(strings.Fields(string(out)), c.network) {
+			delete(c.isolated, i) // the disconnect never took effect
+			continue
+		}
 		if _, err := docker(ctx, "network", "connect", "--alias", c.Name(i), c.network, c.containers[i]); err != nil {
 			errs = append(errs, err.Error())
 			continue
