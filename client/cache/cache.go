@@ -52,6 +52,9 @@ type Stats struct {
 // All methods are safe for concurrent use.
 type Cache struct {
 	client cachepb.CacheClient
+	// leader, when set, opens sessions on a connection to the leader
+	// itself; client (any member) is the fallback.
+	leader *leaderDialer
 	cfg    config
 	// ctx ends at Close and is the parent of every session, so Close ends
 	// the stream and the goroutine that runs it.
@@ -141,7 +144,9 @@ func New(cli *clientv3.Client, opts ...Option) (*Cache, error) {
 	if conn == nil {
 		return nil, errors.New("cache: client has no connection")
 	}
-	return newCache(cachepb.NewCacheClient(conn), cfg), nil
+	c := newCache(cachepb.NewCacheClient(conn), cfg)
+	c.leader = &leaderDialer{cli: cli, log: cfg.logger}
+	return c, nil
 }
 
 func newCache(client cachepb.CacheClient, cfg config) *Cache {

@@ -7,8 +7,11 @@
 // first asks every holder to drop it and waits for their acknowledgements
 // (or for the last lease to run out), so a holder may serve the value from
 // memory until its lease ends. One Cache keeps one long-lived session
-// (a bidirectional stream, cache.proto's Cache.Session) with the leader,
-// through any member: followers relay it.
+// (a bidirectional stream, cache.proto's Cache.Session) with the leader. It
+// opens the session on a connection to the leader's own client URL, found
+// with the client's Status and MemberList calls, which saves the relay's
+// hop on every invalidation; when that URL cannot be reached it goes
+// through the client's connection to any member, and followers relay it.
 //
 // # The guarantee
 //

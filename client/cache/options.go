@@ -2,6 +2,7 @@ package cache
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -51,6 +52,10 @@ func WithDriftMargin(m time.Duration) Option {
 // leader the next time.
 func WithMaxKeys(n int) Option { return func(c *config) { c.maxKeys = n } }
 
+// WithLogger sets where the cache logs why its session goes through a
+// member other than the leader (default: slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
 // withClock replaces the real clock in unit tests.
 func withClock(clk clock) Option { return func(c *config) { c.clock = clk } }
 
@@ -65,10 +70,11 @@ type config struct {
 	maxKeys   int
 	clock     clock
 	waiting   func(key string)
+	logger    *slog.Logger
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{maxKeys: DefaultMaxKeys, clock: realClock{}}
+	c := config{maxKeys: DefaultMaxKeys, clock: realClock{}, logger: slog.Default()}
 	for _, o := range opts {
 		o(&c)
 	}
@@ -80,6 +86,9 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if c.clock == nil {
 		return c, fmt.Errorf("cache: nil clock")
+	}
+	if c.logger == nil {
+		return c, fmt.Errorf("cache: nil logger")
 	}
 	if c.waiting == nil {
 		c.waiting = func(string) {}
