@@ -38,7 +38,8 @@ type leaderDialer struct {
 	conn *grpc.ClientConn
 	id   uint64
 	// unreachable is a leader whose URL could not be reached: sessions go
-	// through cli's connection until the leader changes.
+	// through cli's connection while it leads, until another leader's URL
+	// is reached.
 	unreachable uint64
 }
 
@@ -67,7 +68,7 @@ func (d *leaderDialer) client(ctx context.Context, fallback cachepb.CacheClient)
 			"leader", fmt.Sprintf("%x", id), "url", url, "error", err)
 		return fallback
 	}
-	d.conn, d.id = conn, id
+	d.conn, d.id, d.unreachable = conn, id, 0
 	return cachepb.NewCacheClient(conn)
 }
 
@@ -95,13 +96,11 @@ func (d *leaderDialer) leader(ctx context.Context) (uint64, string, error) {
 	}
 	var id uint64
 	err := errors.New("no endpoints")
-	for range eps {
+	for i := 0; i < len(eps) && id == 0; i++ {
 		select {
 		case id = <-answers:
 		case err = <-errs:
-			continue
 		}
-		break
 	}
 	if id == 0 {
 		return 0, "", fmt.Errorf("find the leader: %w", err)
