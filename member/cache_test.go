@@ -3,6 +3,8 @@ package member_test
 import (
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/corenode/corenode/client/cache"
 	"github.com/corenode/corenode/member"
 	"github.com/corenode/corenode/member/membertest"
@@ -16,22 +18,8 @@ import (
 // and the Get would wait for a member the client cannot reach.
 func TestCacheSessionGoesToTheLeader(t *testing.T) {
 	c := membertest.New(t, 3)
-	leader := c.WaitLeader()
-	f := follower(c, leader)
 	ctx := ctxT(t)
-	viaFollower := c.Client(f)
-	if _, err := viaFollower.Put(ctx, "k", "v1"); err != nil {
-		t.Fatal(err)
-	}
-	cc, err := cache.New(viaFollower)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	if kv, err := cc.Get(ctx, "k"); err != nil || kv == nil || string(kv.Value) != "v1" {
-		t.Fatalf("first Get: %v, %v", kv, err)
-	}
-
+	cc, _, leader, f := cacheViaFollower(t, c)
 	c.Stop(f)
 	if _, err := c.Client(leader).Put(ctx, "k", "v2"); err != nil {
 		t.Fatal(err)
@@ -51,21 +39,8 @@ func TestCacheSessionFallsBackToTheRelay(t *testing.T) {
 	c := membertest.New(t, 3, membertest.WithConfig(func(_ int, cfg *member.Config) {
 		cfg.AdvertiseClientURLs = []string{"http://127.0.0.1:1"}
 	}))
-	leader := c.WaitLeader()
-	f := follower(c, leader)
 	ctx := ctxT(t)
-	viaFollower := c.Client(f)
-	if _, err := viaFollower.Put(ctx, "k", "v1"); err != nil {
-		t.Fatal(err)
-	}
-	cc, err := cache.New(viaFollower, cache.WithLogger(membertest.Logger()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	if kv, err := cc.Get(ctx, "k"); err != nil || kv == nil || string(kv.Value) != "v1" {
-		t.Fatalf("first Get: %v, %v", kv, err)
-	}
+	cc, viaFollower, _, _ := cacheViaFollower(t, c)
 	if _, err := viaFollower.Put(ctx, "k", "v2"); err != nil {
 		t.Fatal(err)
 	}
@@ -75,4 +50,26 @@ func TestCacheSessionFallsBackToTheRelay(t *testing.T) {
 	if st := cc.Stats(); st.Invalidations != 1 {
 		t.Errorf("stats %+v: want the write's invalidation, through the relay", st)
 	}
+}
+
+// cacheViaFollower puts k=v1 and returns a cache, on a client that knows
+// only a follower, that has read it.
+func cacheViaFollower(t *testing.T, c *membertest.Cluster) (cc *cache.Cache, viaFollower *clientv3.Client, leader, f int) {
+	t.Helper()
+	leader = c.WaitLeader()
+	f = follower(c, leader)
+	ctx := ctxT(t)
+	viaFollower = c.Client(f)
+	if _, err := viaFollower.Put(ctx, "k", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cache.New(viaFollower, cache.WithLogger(membertest.Logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	if kv, err := cc.Get(ctx, "k"); err != nil || kv == nil || string(kv.Value) != "v1" {
+		t.Fatalf("first Get: %v, %v", kv, err)
+	}
+	return cc, viaFollower, leader, f
 }

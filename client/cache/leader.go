@@ -64,7 +64,7 @@ func (d *leaderDialer) client(ctx context.Context, fallback cachepb.CacheClient)
 	}
 	if err != nil {
 		d.unreachable = id
-		d.log.Warn("cache: the leader's client URL cannot be reached; sessions go through the client's endpoints until the leader changes",
+		d.log.Warn("cache: the leader's client URL cannot be reached; sessions go through the client's endpoints while it leads",
 			"leader", fmt.Sprintf("%x", id), "url", url, "error", err)
 		return fallback
 	}
