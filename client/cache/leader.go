@@ -46,7 +46,12 @@ type leaderDialer struct {
 // client returns the client the next session should be opened with: one on
 // a connection to the leader, or, when the leader or its URL cannot be
 // found or reached, fallback (cli's connection, which any member serves).
+// A nil dialer (a cache built on a bare CacheClient) always returns
+// fallback.
 func (d *leaderDialer) client(ctx context.Context, fallback cachepb.CacheClient) cachepb.CacheClient {
+	if d == nil {
+		return fallback
+	}
 	id, url, err := d.leader(ctx)
 	if err != nil || id == d.unreachable {
 		return fallback
@@ -138,7 +143,7 @@ func awaitReady(ctx context.Context, conn *grpc.ClientConn, timeout time.Duratio
 }
 
 func (d *leaderDialer) close() {
-	if d.conn != nil {
+	if d != nil && d.conn != nil {
 		d.conn.Close()
 		d.conn, d.id = nil, 0
 	}

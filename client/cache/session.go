@@ -22,9 +22,7 @@ const (
 // run keeps a session open from the first miss until Close.
 func (c *Cache) run() {
 	defer c.wg.Done()
-	if c.leader != nil {
-		defer c.leader.close()
-	}
+	defer c.leader.close()
 	backoff := minBackoff
 	for {
 		began := time.Now()
@@ -53,11 +51,7 @@ func (c *Cache) runSession() (healthy bool) {
 	ctx, cancel := context.WithCancel(c.ctx)
 	// Cancelling also unblocks a Send stuck on a stream that broke.
 	defer cancel()
-	client := c.client
-	if c.leader != nil {
-		client = c.leader.client(ctx, c.client)
-	}
-	stream, err := client.Session(ctx)
+	stream, err := c.leader.client(ctx, c.client).Session(ctx)
 	if err != nil {
 		c.mu.Lock()
 		c.lastErr = fmt.Errorf("open: %w", err)
