@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/corenode/corenode/api/cachepb"
+	"github.com/corenode/corenode/client/cache"
 	"github.com/corenode/corenode/member"
 	"github.com/corenode/corenode/member/membertest"
 )
@@ -20,7 +22,9 @@ import (
 type rawSession struct {
 	t      *testing.T
 	stream cachepb.Cache_SessionClient
+	cancel context.CancelFunc
 	msgs   chan *cachepb.SessionResponse
+	err    error // why the stream ended; read after msgs is closed
 	nextID uint64
 }
 
@@ -32,12 +36,13 @@ func openSession(t *testing.T, cli *clientv3.Client) *rawSession {
 	if err != nil {
 		t.Fatalf("open session: %v", err)
 	}
-	s := &rawSession{t: t, stream: stream, msgs: make(chan *cachepb.SessionResponse, 64)}
+	s := &rawSession{t: t, stream: stream, cancel: cancel, msgs: make(chan *cachepb.SessionResponse, 64)}
 	go func() {
 		defer close(s.msgs)
 		for {
 			m, err := stream.Recv()
 			if err != nil {
+				s.err = err
 				return
 			}
 			s.msgs <- m
@@ -80,6 +85,23 @@ func (s *rawSession) ack(seq uint64) {
 	s.t.Helper()
 	if err := s.stream.Send(&cachepb.SessionRequest{Msg: &cachepb.SessionRequest_Ack{Ack: &cachepb.InvalidateAck{Seq: seq}}}); err != nil {
 		s.t.Fatalf("send ack: %v", err)
+	}
+}
+
+// ended waits for the stream to end, skipping what is still sent, and
+// returns why it ended (io.EOF: the leader ended it cleanly).
+func (s *rawSession) ended() error {
+	s.t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case _, ok := <-s.msgs:
+			if !ok {
+				return s.err
+			}
+		case <-timeout:
+			s.t.Fatal("the session did not end in 10 s")
+		}
 	}
 }
 
@@ -261,5 +283,69 @@ func TestReadLeaseNewLeaderWaitsOut(t *testing.T) {
 	// 4 s lease.
 	if took := at.Sub(began); took >= lease/2 {
 		t.Fatalf("a put after a second leader change took %v: the new leader waited out leases that had run out", took)
+	}
+}
+
+// A holder that ends its session cleanly, as client/cache's Close does,
+// releases its leases: a write of a key it held goes ahead at once, not
+// after the lease. One whose stream is cancelled, as a crash or a broken
+// connection ends it, does not: writes wait its lease out.
+func TestReadLeaseRelease(t *testing.T) {
+	const lease = 30 * time.Second
+	c := membertest.New(t, 3, membertest.WithConfig(func(_ int, cfg *member.Config) { cfg.ReadLeaseDuration = lease }))
+	leader := c.WaitLeader()
+	cli := c.Client(leader)
+	ctx := ctxT(t)
+	put := func(key string, within time.Duration) error {
+		ctx, cancel := context.WithTimeout(ctx, within)
+		defer cancel()
+		_, err := cli.Put(ctx, key, "v")
+		return err
+	}
+
+	// client/cache, straight to the leader.
+	cc, err := cache.New(cli, cache.WithLogger(membertest.Logger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cc.Get(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if st := cc.Stats(); st.Keys != 1 {
+		t.Fatalf("stats %+v: want a under a lease", st)
+	}
+	if err := cc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := put("a", 10*time.Second); err != nil {
+		t.Fatalf("put of a key the closed cache held: %v (the lease is %v)", err, lease)
+	}
+
+	// A session through a follower's relay, which passes the clean end on.
+	relayed := openSession(t, c.Client(follower(c, leader)))
+	if _, g := relayed.get("b"); g.LeaseMs != lease.Milliseconds() {
+		t.Fatalf("get b: %v", g)
+	}
+	if err := relayed.stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if err := relayed.ended(); err != io.EOF {
+		t.Fatalf("the relayed session ended with %v, want the leader's clean end", err)
+	}
+	if err := put("b", 10*time.Second); err != nil {
+		t.Fatalf("put of a key the released session held: %v (the lease is %v)", err, lease)
+	}
+
+	// A cancelled stream releases nothing.
+	cancelled := openSession(t, cli)
+	if _, g := cancelled.get("c"); g.LeaseMs != lease.Milliseconds() {
+		t.Fatalf("get c: %v", g)
+	}
+	cancelled.cancel()
+	cancelled.ended()
+	// The deadline ends the put at the client, or first at the member,
+	// which answers "request timed out" as etcd does: either way it waited.
+	if err := put("c", 3*time.Second); !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, rpctypes.ErrTimeout) {
+		t.Fatalf("put of a key a cancelled session held: %v, want it to wait out the %v lease", err, lease)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -348,6 +349,17 @@ func (m *Manager) Serve(stream cachepb.Cache_SessionServer) error {
 	go func() {
 		for {
 			req, err := stream.Recv()
+			if err == io.EOF {
+				// The client ends its session this way only once it
+				// answers nothing from memory any more (client/cache's
+				// Close): an acknowledgement of every lease at once
+				// (argument B). A crash, a cancelled stream or a broken
+				// connection ends it with an error instead, and its
+				// leases are waited out.
+				m.release(t, s.id)
+				recvErr <- nil
+				return
+			}
 			if err != nil {
 				recvErr <- err
 				return
@@ -394,7 +406,20 @@ var ErrLeaderChanged = errors.New("readlease: leader changed")
 func (m *Manager) ack(t *term, h HolderID, seq uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, p := range t.table.Ack(h, seq) {
+	t.answered(t.table.Ack(h, seq))
+}
+
+// release frees every lease of a holder that ended its session cleanly.
+func (m *Manager) release(t *term, h HolderID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.answered(t.table.Release(h))
+}
+
+// answered lets through the writes whose holders have all answered; the
+// caller holds t.mu.
+func (t *term) answered(ready []*Pending) {
+	for _, p := range ready {
 		if g := t.writes[p]; g != nil {
 			close(g.acked)
 		}

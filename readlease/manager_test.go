@@ -288,6 +288,27 @@ func TestAdmitWaitsForTheAnswer(t *testing.T) {
 	}
 }
 
+// A holder that ends its session cleanly releases its leases: the write
+// waiting for it goes ahead then, and a later write of another key it held
+// does not wait at all.
+func TestAdmitGoesAheadOnARelease(t *testing.T) {
+	h := newManagerHarness(t, 2)
+	s := h.holder(1, "k")
+	h.term.mu.Lock()
+	h.term.table.Grant(1, []byte("j"), 0, h.clock.Now())
+	h.term.mu.Unlock()
+	admitted := h.put("k")
+	invalidation(t, s)
+	h.clock.advance(time.Second)
+	h.m.release(h.term, 1)
+	if at := await(t, admitted, "admit after the release"); !at.Equal(time.Unix(1001, 0)) {
+		t.Fatalf("admitted at %v, want at the release, 1001", at.Unix())
+	}
+	if at := await(t, h.put("j"), "admit of the other key"); !at.Equal(time.Unix(1001, 0)) {
+		t.Fatalf("admitted at %v, want at once, 1001", at.Unix())
+	}
+}
+
 // A holder that never answers holds the write until its lease ran out,
 // not a moment less.
 func TestAdmitWaitsOutASilentHolder(t *testing.T) {

@@ -132,7 +132,10 @@ type holder struct {
 	// asked maps an invalidation's seq to the keys it named.
 	asked map[uint64][]string
 	gone  bool
-	count int // leases held
+	// released: the holder ended its session saying it serves none of its
+	// leases any more (Release), so they bind nobody.
+	released bool
+	count    int // leases held
 }
 
 // Pending is a write admitted by Begin, waiting or in flight.
@@ -211,6 +214,24 @@ func (t *Table) RemoveHolder(h HolderID) {
 	if s := t.holders[h]; s != nil {
 		s.gone = true
 	}
+}
+
+// Release records that holder h ended its session after dropping every
+// lease it held: a write waits for none of them any more. It returns the
+// writes that became Ready. Leases nobody asked for yet stay in the table,
+// and bind nobody, until a write or the sweep meets them: finding them all
+// now would cost a per-holder index of keys on every lease.
+func (t *Table) Release(h HolderID) []*Pending {
+	s := t.holders[h]
+	if s == nil {
+		return nil
+	}
+	s.gone, s.released = true, true
+	var ready []*Pending
+	for seq := range s.asked {
+		ready = append(ready, t.Ack(h, seq)...)
+	}
+	return ready
 }
 
 // Grant records a lease on key for holder h and returns its duration, or 0
@@ -297,7 +318,7 @@ func (t *Table) Begin(w Write, leaseKeys func(int64) [][]byte, now time.Time) (*
 		}
 		key := kl.key
 		for h, e := range kl.holders {
-			if !e.deadline.After(now) {
+			if !e.deadline.After(now) || t.holders[h].released {
 				t.drop(key, h)
 				continue
 			}

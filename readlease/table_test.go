@@ -266,3 +266,65 @@ func TestKeyNamedTwiceIsAskedOnce(t *testing.T) {
 		}
 	}
 }
+
+// A holder that released its leases holds no write up: one waiting for its
+// answer is Ready on the release, and one that comes later does not wait
+// for the leases it was never asked about. A holder whose session only
+// broke (RemoveHolder) still binds writes until its deadlines.
+func TestReleaseFreesTheHoldersLeases(t *testing.T) {
+	tb := newTestTable()
+	tb.AddHolder(3)
+	for _, g := range []struct {
+		h HolderID
+		k string
+	}{{1, "a"}, {1, "b"}, {2, "a"}, {3, "c"}} {
+		if d := tb.Grant(g.h, key(g.k), 0, at(0)); d != dur {
+			t.Fatalf("grant %q to %d = %v", g.k, g.h, d)
+		}
+	}
+	p, invs := tb.Begin(Write{Keys: [][]byte{key("a")}}, noLeaseKeys, at(100))
+	if len(invs) != 2 {
+		t.Fatalf("%d invalidations, want one per holder", len(invs))
+	}
+	if r := tb.Release(1); len(r) != 0 {
+		t.Fatal("ready on one release while holder 2 has not answered")
+	}
+	for _, inv := range invs {
+		if inv.Holder == 2 {
+			if r := tb.Ack(2, inv.Seq); len(r) != 1 || r[0] != p {
+				t.Fatalf("after the release and holder 2's answer: ready %v, want the write", r)
+			}
+		}
+	}
+	tb.End(p)
+
+	q, invs := tb.Begin(Write{Keys: [][]byte{key("b")}}, noLeaseKeys, at(200))
+	if !q.Ready() || len(invs) != 0 {
+		t.Fatalf("write of a released lease: ready %v, %d invalidations; want ready, none", q.Ready(), len(invs))
+	}
+	tb.End(q)
+	if d := tb.Grant(1, key("b"), 0, at(300)); d != 0 {
+		t.Fatalf("grant to a released holder = %v, want 0", d)
+	}
+
+	tb.RemoveHolder(3)
+	r, invs := tb.Begin(Write{Keys: [][]byte{key("c")}}, noLeaseKeys, at(300))
+	if r.Ready() || len(invs) != 0 || !r.Until.Equal(at(2000)) {
+		t.Fatalf("write of a gone holder's lease: ready %v, %d invalidations, until %v; want to wait until %v",
+			r.Ready(), len(invs), r.Until, at(2000))
+	}
+}
+
+// A release while the holder's answer is all a write waits for makes the
+// write Ready.
+func TestReleaseReadiesTheWrite(t *testing.T) {
+	tb := newTestTable()
+	tb.Grant(1, key("a"), 0, at(0))
+	p, _ := tb.Begin(Write{Keys: [][]byte{key("a")}}, noLeaseKeys, at(100))
+	if r := tb.Release(1); len(r) != 1 || r[0] != p || !p.Ready() {
+		t.Fatalf("after the release: ready %v, want the write", r)
+	}
+	if tb.Len() != 0 {
+		t.Fatalf("%d leases held after the only holder released, want 0", tb.Len())
+	}
+}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"io"
 	"sync"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -61,6 +62,14 @@ func (c *cacheService) relay(stream cachepb.Cache_SessionServer) error {
 	go func() {
 		for {
 			req, err := stream.Recv()
+			if err == io.EOF {
+				// The client released its leases: the leader must see the
+				// same clean end, and then ends the session itself.
+				if err := up.CloseSend(); err != nil {
+					done <- err
+				}
+				return
+			}
 			if err != nil {
 				done <- err
 				return
@@ -74,6 +83,10 @@ func (c *cacheService) relay(stream cachepb.Cache_SessionServer) error {
 	go func() {
 		for {
 			resp, err := up.Recv()
+			if err == io.EOF {
+				done <- nil
+				return
+			}
 			if err != nil {
 				done <- err
 				return

@@ -121,6 +121,7 @@ type session struct {
 	gen    uint64
 	stream cachepb.Cache_SessionClient
 	sendMu sync.Mutex
+	ended  chan struct{} // closed once the stream's receiving side ended
 }
 
 func (s *session) send(req *cachepb.SessionRequest) error {
@@ -344,9 +345,11 @@ func (c *Cache) Stats() Stats {
 	return s
 }
 
-// Close ends the session with the leader and wakes every waiting Get with
-// ErrClosed. Later Gets return ErrClosed. It is idempotent and always
-// returns nil.
+// Close wakes every waiting Get with ErrClosed, drops every entry, and ends
+// the session with the leader cleanly, which releases the session's leases
+// (writes of those keys then wait for nobody); it waits up to a second for
+// the leader to take the release. Later Gets return ErrClosed. It is
+// idempotent and always returns nil.
 func (c *Cache) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -359,10 +362,42 @@ func (c *Cache) Close() error {
 	}
 	c.entries = map[string]*entry{}
 	c.lru.Init()
+	s := c.sess
 	c.mu.Unlock()
+	if s != nil {
+		c.release(s)
+	}
 	c.cancel()
 	c.wg.Wait()
 	return nil
+}
+
+// releaseWait bounds how long Close waits for the leader to take the
+// release; past it, the leases run out on their own.
+const releaseWait = time.Second
+
+// release ends the session cleanly, which tells the leader that this cache
+// serves none of the session's leases any more: writes of those keys go
+// ahead at once instead of waiting out the leases. It is sent only after
+// Close has deleted every entry under c.mu, and no Get answers from memory
+// once closed is set (argument B: it acknowledges every lease at once). A
+// crash or a broken connection ends the stream with an error instead, and
+// the leader waits the leases out. Entries of earlier sessions were
+// granted to holders the leader already counts as gone; those leases run
+// out on their own.
+func (c *Cache) release(s *session) {
+	s.sendMu.Lock()
+	err := s.stream.CloseSend()
+	s.sendMu.Unlock()
+	if err != nil {
+		return
+	}
+	t := time.NewTimer(releaseWait)
+	defer t.Stop()
+	select {
+	case <-s.ended:
+	case <-t.C:
+	}
 }
 
 func getRequest(cl *call) *cachepb.SessionRequest {

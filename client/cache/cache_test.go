@@ -307,6 +307,29 @@ func TestCloseWakesGet(t *testing.T) {
 	}
 }
 
+// Close ends the session cleanly, after the entries are gone, and waits for
+// the leader to end it too: the leader takes that as the release of every
+// lease, so writes of the cached keys need not wait them out.
+func TestCloseReleasesTheSession(t *testing.T) {
+	h := newHarness(t)
+	ch := h.goGet(bg, "a")
+	s := h.srv.next(t)
+	s.reply(t, s.get(t, "a").Id, "a", str("1"), lease1s)
+	mustValue(t, await(t, ch), str("1"))
+	h.hit(t, "a", str("1"))
+	if err := h.c.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case <-s.released:
+	default:
+		t.Fatal("Close returned and the leader saw no release")
+	}
+	if _, err := h.c.Get(bg, "a"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Get after Close = %v, want ErrClosed", err)
+	}
+}
+
 func TestCloseUnused(t *testing.T) {
 	h := newHarness(t)
 	if err := h.c.Close(); err != nil {

@@ -55,8 +55,11 @@
 // request. A value read while a write of its key waits comes without a
 // lease and is used once. Writers pay too: a write of a key this cache
 // holds waits for the invalidation's round trip, or, if this client cannot
-// be reached, for the lease to run out. Memory is bounded by WithMaxKeys
-// (least recently used entries go first).
+// be reached, for the lease to run out. Close releases the leases of the
+// current session: it drops every entry, then ends the stream cleanly,
+// which the leader takes as the acknowledgement of every lease the session
+// held (waiting up to a second for the leader to end it too). Memory is
+// bounded by WithMaxKeys (least recently used entries go first).
 //
 // # Usage
 //

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -61,19 +62,28 @@ type fakeSession struct {
 	stream cachepb.Cache_SessionServer
 	reqs   chan *cachepb.SessionRequest // closed when the client's side ends
 	end    chan error
+	// released is closed when the client ended its side cleanly, which the
+	// leader takes as the release of every lease; the session then ends
+	// as the leader's does.
+	released chan struct{}
 }
 
 func (f *fakeServer) Session(stream cachepb.Cache_SessionServer) error {
 	s := &fakeSession{
-		stream: stream,
-		reqs:   make(chan *cachepb.SessionRequest, 64),
-		end:    make(chan error, 1),
+		stream:   stream,
+		reqs:     make(chan *cachepb.SessionRequest, 64),
+		end:      make(chan error, 1),
+		released: make(chan struct{}),
 	}
 	ctx := stream.Context()
 	go func() {
 		defer close(s.reqs)
 		for {
 			r, err := stream.Recv()
+			if err == io.EOF {
+				close(s.released)
+				return
+			}
 			if err != nil {
 				return
 			}
@@ -92,6 +102,8 @@ func (f *fakeServer) Session(stream cachepb.Cache_SessionServer) error {
 	select {
 	case err := <-s.end:
 		return err
+	case <-s.released:
+		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -27,7 +27,7 @@ func (c *Cache) run() {
 	for {
 		began := time.Now()
 		healthy := c.runSession()
-		if c.ctx.Err() != nil {
+		if c.ctx.Err() != nil || c.isClosed() {
 			return
 		}
 		if healthy || time.Since(began) >= maxBackoff {
@@ -65,7 +65,8 @@ func (c *Cache) runSession() (healthy bool) {
 		return false
 	}
 	c.gen++
-	s := &session{gen: c.gen, stream: stream}
+	s := &session{gen: c.gen, stream: stream, ended: make(chan struct{})}
+	defer close(s.ended)
 	c.sess = s
 	if c.opened {
 		c.stats.Reconnects++
@@ -109,6 +110,12 @@ func (c *Cache) runSession() (healthy bool) {
 			c.handleInvalidate(s, m.Invalidate)
 		}
 	}
+}
+
+func (c *Cache) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 // endSession records that s broke. Entries stay: each was leased by a
