@@ -146,33 +146,48 @@ func setupCachedPut(fs *flag.FlagSet) func(context.Context, *common) (*Result, e
 			name += "-1-dead"
 		}
 		// Only the put is timed: not the pause, nor the silent holder's read.
-		var rec recorder
-		prog := startProgress(name, *total, &rec.done, &rec.failed)
-		began := time.Now()
-		var lats []time.Duration
-		for i := int64(0); i < *total && ctx.Err() == nil; i++ {
-			if err := sleepCtx(ctx, *interval); err != nil {
-				break
-			}
-			if silent != nil {
-				if err := silent.lease(); err != nil {
-					prog.stop()
-					return nil, err
-				}
-			}
-			t := time.Now()
-			if _, err := clis[0].Put(ctx, *key, fmt.Sprint(i+1)); err != nil {
-				rec.fail(err)
-			} else {
-				lats = append(lats, time.Since(t))
-			}
-			rec.done.Add(1)
+		var prepare func() error
+		if silent != nil {
+			prepare = silent.lease
 		}
-		prog.stop()
-		rec.merge(lats)
-		s := rec.stats(time.Since(began))
-		return opsResult(ctx, name, *total, s)
+		var i int
+		return paced(ctx, name, *total, *interval, prepare, func() error {
+			i++
+			_, err := clis[0].Put(ctx, *key, fmt.Sprint(i))
+			return err
+		})
 	}
+}
+
+// paced runs op total times, one at a time, each after a pause of interval
+// and after prepare (when not nil; its error ends the run), and times op
+// alone.
+func paced(ctx context.Context, name string, total int64, interval time.Duration, prepare, op func() error) (*Result, error) {
+	var rec recorder
+	prog := startProgress(name, total, &rec.done, &rec.failed)
+	defer prog.stop()
+	began := time.Now()
+	var lats []time.Duration
+	for i := int64(0); i < total && ctx.Err() == nil; i++ {
+		if err := sleepCtx(ctx, interval); err != nil {
+			break
+		}
+		if prepare != nil {
+			if err := prepare(); err != nil {
+				return nil, err
+			}
+		}
+		t := time.Now()
+		if err := op(); err != nil {
+			rec.fail(err)
+		} else {
+			lats = append(lats, time.Since(t))
+		}
+		rec.done.Add(1)
+	}
+	prog.stop()
+	rec.merge(lats)
+	return opsResult(ctx, name, total, rec.stats(time.Since(began)))
 }
 
 // silentHolder holds a read lease and never answers an invalidation, as a
