@@ -208,8 +208,8 @@ func (r *replication) AppendEntries(id raft.ServerID, target raft.ServerAddress,
 	if counted && p.term == args.Term {
 		p.inflight--
 	}
-	if err != nil && p.term == args.Term {
-		p.told = 0 // see unreachable
+	if err != nil {
+		p.forgetTold(args.Term)
 	}
 	if err == nil && resp.Success && resp.Term == args.Term && p.term == args.Term {
 		p.match = max(p.match, last)
@@ -232,10 +232,19 @@ func (r *replication) AppendEntries(id raft.ServerID, target raft.ServerAddress,
 func (r *replication) unreachable(id raft.ServerID, term uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if p := r.peerLocked(id, term); p.term == term && p.told > 0 {
-		p.told = 0
+	if p := r.peerLocked(id, term); p.forgetTold(term) {
 		p.changedLocked()
 	}
+}
+
+// forgetTold resets told after a failed send of term's leader (see
+// unreachable), and reports whether it changed.
+func (p *peerProgress) forgetTold(term uint64) bool {
+	if p.term != term || p.told == 0 {
+		return false
+	}
+	p.told = 0
+	return true
 }
 
 // peerLocked returns id's progress, reset when term is newer than what it
