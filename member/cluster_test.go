@@ -718,3 +718,28 @@ func TestFollowersHearOfCommitsWithoutNewEntries(t *testing.T) {
 		}
 	}
 }
+
+// TestAFollowersWritesAreReadThereAtOnce: a write answered by a follower
+// has applied there, as etcd answers a write only once the member serving
+// it has applied it, so a serializable read on the same member sees it. A
+// client that puts and then reads without a quorum round (etcdctl get
+// --consistency=s, or a member's own quota and alarm checks) relies on it.
+func TestAFollowersWritesAreReadThereAtOnce(t *testing.T) {
+	c := membertest.New(t, 3)
+	ctx := ctxT(t)
+	cli := c.Client(follower(c, c.WaitLeader()))
+	for i := range 300 {
+		want := fmt.Sprint(i)
+		put, err := cli.Put(ctx, "reg", want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := cli.Get(ctx, "reg", clientv3.WithSerializable())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != want {
+			t.Fatalf("serializable read %d on the member that answered put %q (revision %d): %v at revision %d", i, want, put.Header.Revision, resp.Kvs, resp.Header.Revision)
+		}
+	}
+}

@@ -47,17 +47,20 @@ func (n *Node) Propose(ctx context.Context, op fsm.Op, msg fsm.Message) (any, er
 	if err != nil {
 		return nil, err
 	}
-	return n.propose(ctx, op, data)
+	resp, _, err := n.propose(ctx, op, data)
+	return resp, err
 }
 
 // ProposeEncoded is Propose for a command a follower already encoded with
 // fsm.Encode and forwarded; the FSM validates it again when it applies.
-func (n *Node) ProposeEncoded(ctx context.Context, data []byte) (any, error) {
+// index is the command's log index once it applied here (0 if it did not):
+// the follower answers its client only once it has applied that far too.
+func (n *Node) ProposeEncoded(ctx context.Context, data []byte) (resp any, index uint64, err error) {
 	if n.raft.State() != raft.Leader {
-		return nil, ErrNotLeader
+		return nil, 0, ErrNotLeader
 	}
 	if len(data) < 2 {
-		return nil, fmt.Errorf("node: forwarded command of %d bytes is too short", len(data))
+		return nil, 0, fmt.Errorf("node: forwarded command of %d bytes is too short", len(data))
 	}
 	return n.propose(ctx, fsm.Op(data[1]), data)
 }
@@ -72,14 +75,14 @@ func (n *Node) SetGate(g Gate) {
 	n.gate.Store(&g)
 }
 
-func (n *Node) propose(ctx context.Context, op fsm.Op, data []byte) (any, error) {
+func (n *Node) propose(ctx context.Context, op fsm.Op, data []byte) (any, uint64, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if g := n.gate.Load(); g != nil {
 		release, err := (*g).Admit(ctx, op, data)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		// raft's future resolves only once the entry applied here or the
 		// proposal failed (leadership lost, shutdown): Gate's contract.
@@ -92,25 +95,25 @@ func (n *Node) propose(ctx context.Context, op fsm.Op, data []byte) (any, error)
 		n.metrics.proposalsFail.Inc()
 		switch {
 		case errors.Is(err, raft.ErrNotLeader):
-			return nil, ErrNotLeader
+			return nil, 0, ErrNotLeader
 		case errors.Is(err, ErrCannotPersist):
 			// This leader could not store the entry, so raft stepped it
 			// down before replicating it (dispatchLogs, raft.go:1266): it
 			// is stored nowhere, and the request may go to whoever leads.
-			return nil, ErrNotLeader
+			return nil, 0, ErrNotLeader
 		case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
-			return nil, ErrLeaderChanged
+			return nil, 0, ErrLeaderChanged
 		case errors.Is(err, raft.ErrRaftShutdown):
-			return nil, ErrStopped
+			return nil, 0, ErrStopped
 		case errors.Is(err, raft.ErrEnqueueTimeout):
-			return nil, ErrTimeout
+			return nil, 0, ErrTimeout
 		}
-		return nil, fmt.Errorf("node: propose %s: %w", op, err)
+		return nil, 0, fmt.Errorf("node: propose %s: %w", op, err)
 	}
 	n.metrics.applyLatency.Observe(time.Since(start).Seconds())
 	res, ok := f.Response().(fsm.Result)
 	if !ok {
-		return nil, fmt.Errorf("node: propose %s: unexpected apply result %T", op, f.Response())
+		return nil, 0, fmt.Errorf("node: propose %s: unexpected apply result %T", op, f.Response())
 	}
-	return res.Resp, res.Err
+	return res.Resp, f.Index(), res.Err
 }

@@ -269,7 +269,7 @@ func propose[T fsm.Message](s *Server, ctx context.Context, op fsm.Op, msg fsm.M
 		if as == nil {
 			resp, err = s.node.Propose(ctx, op, msg)
 		} else if err = encode(); err == nil {
-			resp, err = s.node.ProposeEncoded(ctx, cmd)
+			resp, _, err = s.node.ProposeEncoded(ctx, cmd)
 		}
 		if err != nil {
 			return zero, err
@@ -283,13 +283,19 @@ func propose[T fsm.Message](s *Server, ctx context.Context, op fsm.Op, msg fsm.M
 		if err := encode(); err != nil {
 			return zero, err
 		}
-		body, err := s.proposals.propose(ctx, changed, s.grace, conn, cmd)
+		body, index, err := s.proposals.propose(ctx, changed, s.grace, conn, cmd)
 		if err != nil {
 			return zero, err
 		}
 		t := reflect.New(reflect.TypeFor[T]().Elem()).Interface().(T)
 		if err := t.Unmarshal(body); err != nil {
 			return zero, fmt.Errorf("transport: %s: leader's answer: %w", op, err)
+		}
+		// Answer once this member applied the write too (see
+		// answerApplied). A member that cannot catch up answers "request
+		// timed out", as etcd does: the write is committed all the same.
+		if err := s.node.FSM().WaitApplied(ctx, index); err != nil {
+			return zero, err
 		}
 		return t, nil
 	})

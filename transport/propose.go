@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/corenode/corenode/fsm"
@@ -30,11 +31,24 @@ import (
 //
 //	uvarint id | kind | uvarint length | body
 //
-// where kind answerOK carries the FSM's response, marshalled, and
-// answerErr a gRPC status: uvarint code, then the message.
+// where kind answerOK carries the FSM's response, marshalled, answerErr a
+// gRPC status (uvarint code, then the message), and answerApplied the
+// command's log index, then the response:
+//
+//	uvarint index | response
+//
+// A follower answers its client only once it has applied that index too,
+// as etcd answers a write only once the member serving it applied it, so a
+// serializable read there right after sees the write. Only a follower that
+// opened the stream with indexedAnswersKey gets answerApplied; a member of
+// an earlier version, which reads any kind it does not know as an error,
+// gets answerOK.
 const (
-	answerOK  byte = 0
-	answerErr byte = 1
+	answerOK      byte = 0
+	answerErr     byte = 1
+	answerApplied byte = 2
+
+	indexedAnswersKey = "corenode-indexed-answers"
 
 	// maxFrameBytes bounds the records gathered into one frame; a single
 	// record may exceed it (a request is bounded by --max-request-bytes).
@@ -102,6 +116,8 @@ func readRecord(b []byte, kind *byte) (id uint64, body, rest []byte, err error) 
 func (s *Server) serveProposals(stream grpc.ServerStream) error {
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
+	md, _ := metadata.FromIncomingContext(ctx)
+	indexed := len(md.Get(indexedAnswersKey)) > 0
 	answers := make(chan []byte, 1024)
 	sendErr := make(chan error, 1)
 	go func() {
@@ -140,8 +156,11 @@ func (s *Server) serveProposals(stream grpc.ServerStream) error {
 			go func() {
 				// A proposal's wait is bounded by raft (its enqueue timeout,
 				// and a leader without quorum steps down), not by ctx.
-				resp, err := s.node.ProposeEncoded(ctx, cmd)
-				a := encodeAnswer(id, resp, mapErr(ctx, err))
+				resp, index, err := s.node.ProposeEncoded(ctx, cmd)
+				if !indexed {
+					index = 0
+				}
+				a := encodeAnswer(id, resp, index, mapErr(ctx, err))
 				select {
 				case answers <- a:
 				case <-ctx.Done():
@@ -151,7 +170,9 @@ func (s *Server) serveProposals(stream grpc.ServerStream) error {
 	}
 }
 
-func encodeAnswer(id uint64, resp any, err error) []byte {
+// encodeAnswer encodes the answer to command id: answerApplied when index
+// is not 0, else answerOK, or answerErr when err is not nil.
+func encodeAnswer(id uint64, resp any, index uint64, err error) []byte {
 	a := binary.AppendUvarint(nil, id)
 	if err == nil {
 		m, ok := resp.(fsm.Message)
@@ -160,7 +181,12 @@ func encodeAnswer(id uint64, resp any, err error) []byte {
 		} else if body, merr := m.Marshal(); merr != nil {
 			err = fmt.Errorf("transport: marshal answer: %w", merr)
 		} else {
-			a = append(a, answerOK)
+			if index == 0 {
+				a = append(a, answerOK)
+			} else {
+				body = append(binary.AppendUvarint(nil, index), body...)
+				a = append(a, answerApplied)
+			}
 			a = binary.AppendUvarint(a, uint64(len(body)))
 			return append(a, body...)
 		}
@@ -173,6 +199,24 @@ func encodeAnswer(id uint64, resp any, err error) []byte {
 	return append(a, body...)
 }
 
+// decodeAnswer reads one answer record's body. body is copied, as the
+// frame it came in is reused.
+func decodeAnswer(kind byte, body []byte) proposalAnswer {
+	switch kind {
+	case answerOK:
+		return proposalAnswer{body: append([]byte(nil), body...)}
+	case answerApplied:
+		index, n := binary.Uvarint(body)
+		if n <= 0 {
+			return proposalAnswer{err: status.Error(codes.Internal, "transport: bad applied answer from the leader")}
+		}
+		return proposalAnswer{body: append([]byte(nil), body[n:]...), index: index}
+	case answerErr:
+		return proposalAnswer{err: decodeAnswerErr(body)}
+	}
+	return proposalAnswer{err: status.Errorf(codes.Internal, "transport: answer of unknown kind %d from the leader", kind)}
+}
+
 func decodeAnswerErr(body []byte) error {
 	code, n := binary.Uvarint(body)
 	if n <= 0 {
@@ -182,8 +226,9 @@ func decodeAnswerErr(body []byte) error {
 }
 
 // proposalAnswer is the leader's answer to one forwarded command: the
-// response body, or an error.
+// response body and the index it applied at (0: not said), or an error.
 type proposalAnswer struct {
-	body []byte
-	err  error
+	body  []byte
+	index uint64
+	err   error
 }

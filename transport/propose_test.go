@@ -14,6 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/corenode/corenode/fsm"
 )
@@ -84,19 +85,29 @@ func TestProposalStreamRoutesAnswers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fakeLeader(t, ln, func(_ grpc.ServerStream, id uint64, cmd []byte) []byte {
+	var unindexed atomic.Int32
+	fakeLeader(t, ln, func(stream grpc.ServerStream, id uint64, cmd []byte) []byte {
+		if md, _ := metadata.FromIncomingContext(stream.Context()); len(md.Get(indexedAnswersKey)) == 0 {
+			unindexed.Add(1)
+		}
 		c, err := fsm.Decode(cmd)
 		if err != nil {
-			return encodeAnswer(id, nil, err)
+			return encodeAnswer(id, nil, 0, err)
 		}
 		put := c.Msg.(*pb.PutRequest)
 		if string(put.Value) == "refuse" {
-			return encodeAnswer(id, nil, rpctypes.ErrGRPCLeaseNotFound)
+			return encodeAnswer(id, nil, 0, rpctypes.ErrGRPCLeaseNotFound)
 		}
-		// The revision tells the caller which command this answers.
+		// The revision tells the caller which command this answers; odd
+		// ones are answered as a leader of an earlier version answers,
+		// without the index.
 		var rev int64
 		fmt.Sscanf(string(put.Key), "k%d", &rev)
-		return encodeAnswer(id, &pb.PutResponse{Header: &pb.ResponseHeader{Revision: rev}}, nil)
+		var index uint64
+		if rev%2 == 0 {
+			index = uint64(rev) + 1000
+		}
+		return encodeAnswer(id, &pb.PutResponse{Header: &pb.ResponseHeader{Revision: rev}}, index, nil)
 	})
 	conn := dialPeer(t, ln.Addr().String())
 	var f proposalForwarder
@@ -120,7 +131,7 @@ func TestProposalStreamRoutesAnswers(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			body, err := f.propose(ctx, nil, time.Second, conn, cmd)
+			body, index, err := f.propose(ctx, nil, time.Second, conn, cmd)
 			if value == "refuse" {
 				if !errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) {
 					errs <- fmt.Errorf("command %d: got %v, want %v", i, err, rpctypes.ErrGRPCLeaseNotFound)
@@ -139,12 +150,18 @@ func TestProposalStreamRoutesAnswers(t *testing.T) {
 			if resp.Header.Revision != int64(i) {
 				errs <- fmt.Errorf("command %d got the answer to %d", i, resp.Header.Revision)
 			}
+			if want := uint64(i) + 1000; (i%2 == 0 && index != want) || (i%2 == 1 && index != 0) {
+				errs <- fmt.Errorf("command %d: applied at %d", i, index)
+			}
 		}()
 	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+	if n := unindexed.Load(); n > 0 {
+		t.Errorf("%d commands came on a stream that did not ask for indexed answers", n)
 	}
 }
 
@@ -170,7 +187,7 @@ func TestProposalStreamCutAfterSend(t *testing.T) {
 	cmd := putCommand(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err = f.propose(ctx, nil, time.Second, conn, cmd)
+	_, _, err = f.propose(ctx, nil, time.Second, conn, cmd)
 	if got.Load() != 1 {
 		t.Fatalf("the leader saw %d commands, want 1", got.Load())
 	}
@@ -187,7 +204,7 @@ func TestProposalStreamCutAfterSend(t *testing.T) {
 	}
 	gone := dialPeer(t, closed.Addr().String())
 	closed.Close()
-	_, err = f.propose(ctx, nil, time.Second, gone, cmd)
+	_, _, err = f.propose(ctx, nil, time.Second, gone, cmd)
 	if !errors.Is(err, errNotSent) || !retryable(err, false) {
 		t.Fatalf("a command that never left returned %v, want the retryable %v", err, errNotSent)
 	}
@@ -216,7 +233,7 @@ func TestProposalGivesUpAfterLeaderChange(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := f.propose(ctx, changed, 50*time.Millisecond, conn, cmd); !errors.Is(err, errLeaderChanged) {
+	if _, _, err := f.propose(ctx, changed, 50*time.Millisecond, conn, cmd); !errors.Is(err, errLeaderChanged) {
 		t.Fatalf("got %v, want %v", err, errLeaderChanged)
 	}
 	if ctx.Err() != nil {
@@ -226,7 +243,8 @@ func TestProposalGivesUpAfterLeaderChange(t *testing.T) {
 
 func FuzzReadRecord(f *testing.F) {
 	f.Add([]byte(appendRequest(nil, outgoing{id: 7, cmd: []byte("cmd")})), false)
-	f.Add(encodeAnswer(3, nil, rpctypes.ErrGRPCNotLeader), true)
+	f.Add(encodeAnswer(3, nil, 0, rpctypes.ErrGRPCNotLeader), true)
+	f.Add(encodeAnswer(4, &pb.PutResponse{}, 9, nil), true)
 	f.Add([]byte{0xff, 0xff, 0xff}, false)
 	f.Fuzz(func(t *testing.T, b []byte, withKind bool) {
 		for len(b) > 0 {
@@ -242,8 +260,8 @@ func FuzzReadRecord(f *testing.F) {
 			if len(rest) >= len(b) {
 				t.Fatalf("no progress: %d bytes left of %d", len(rest), len(b))
 			}
-			if withKind && kind == answerErr {
-				_ = decodeAnswerErr(body)
+			if withKind {
+				_ = decodeAnswer(kind, body)
 			}
 			b = rest
 		}
@@ -264,7 +282,7 @@ func TestProposalStreamRetired(t *testing.T) {
 			<-stream.Context().Done()
 			ended <- struct{}{}
 		}()
-		return encodeAnswer(id, &pb.PutResponse{Header: &pb.ResponseHeader{}}, nil)
+		return encodeAnswer(id, &pb.PutResponse{Header: &pb.ResponseHeader{}}, 0, nil)
 	})
 	conn := dialPeer(t, ln.Addr().String())
 	var f proposalForwarder
@@ -272,7 +290,7 @@ func TestProposalStreamRetired(t *testing.T) {
 	cmd := putCommand(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := f.propose(ctx, nil, time.Second, conn, cmd); err != nil {
+	if _, _, err := f.propose(ctx, nil, time.Second, conn, cmd); err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
@@ -284,7 +302,7 @@ func TestProposalStreamRetired(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the retired stream stayed open")
 	}
-	if _, err := f.propose(ctx, nil, time.Second, conn, cmd); err != nil {
+	if _, _, err := f.propose(ctx, nil, time.Second, conn, cmd); err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()

@@ -53,33 +53,35 @@ type proposalWaiter struct {
 }
 
 // propose sends cmd to the leader over conn and returns the leader's
-// answer. changed is closed when this member sees the leader change; the
-// call then waits at most grace longer and returns errLeaderChanged, as a
-// unary forward does. A command that never left returns errNotSent.
-func (f *proposalForwarder) propose(ctx context.Context, changed <-chan struct{}, grace time.Duration, conn *grpc.ClientConn, cmd []byte) ([]byte, error) {
+// answer: the response and the log index it applied at (0 from a leader
+// of an earlier version). changed is closed when this member sees the
+// leader change; the call then waits at most grace longer and returns
+// errLeaderChanged, as a unary forward does. A command that never left
+// returns errNotSent.
+func (f *proposalForwarder) propose(ctx context.Context, changed <-chan struct{}, grace time.Duration, conn *grpc.ClientConn, cmd []byte) ([]byte, uint64, error) {
 	st, err := f.streamTo(conn, grace)
 	if err != nil {
-		return nil, errNotSent
+		return nil, 0, errNotSent
 	}
 	id, w, ok := st.add()
 	if !ok {
-		return nil, errNotSent
+		return nil, 0, errNotSent
 	}
 	var a proposalAnswer
 	select {
 	case st.out <- outgoing{id: id, cmd: cmd}:
 	case a = <-w.ch: // the stream broke first
-		return a.body, a.err
+		return a.body, a.index, a.err
 	case <-ctx.Done():
 		st.drop(id)
-		return nil, ctx.Err()
+		return nil, 0, ctx.Err()
 	}
 	a, _, err = await(ctx, changed, grace, w.ch)
 	if err != nil {
 		st.drop(id)
-		return nil, err
+		return nil, 0, err
 	}
-	return a.body, a.err
+	return a.body, a.index, a.err
 }
 
 // streamTo returns the stream to conn's member, opening it, and retiring a
@@ -95,7 +97,7 @@ func (f *proposalForwarder) streamTo(conn *grpc.ClientConn, grace time.Duration)
 		return f.stream, nil
 	}
 	f.retireLocked(grace)
-	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), forwardedKey, "1"))
+	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), forwardedKey, "1", indexedAnswersKey, "1"))
 	cs, err := conn.NewStream(ctx, &proposeStreamDesc, "/corenode.Peer/Propose", grpc.CallContentSubtype(frameCodecName))
 	if err != nil {
 		cancel()
@@ -236,12 +238,7 @@ func (st *proposalStream) receive() {
 				return
 			}
 			b = rest
-			a := proposalAnswer{}
-			if kind == answerOK {
-				a.body = append([]byte(nil), body...) // in is reused
-			} else {
-				a.err = decodeAnswerErr(body)
-			}
+			a := decodeAnswer(kind, body)
 			st.mu.Lock()
 			w := st.waiters[id]
 			delete(st.waiters, id)
