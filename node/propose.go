@@ -65,6 +65,28 @@ func (n *Node) ProposeEncoded(ctx context.Context, data []byte) (resp any, index
 	return n.propose(ctx, fsm.Op(data[1]), data)
 }
 
+// AwaitApplied returns once this member has applied index: a follower
+// waits for it before it answers a write it forwarded, as etcd answers a
+// write only once the member serving it applied it (see ProposeEncoded).
+// While this member cannot persist its raft state (StorageErr) it returns
+// at once: the member applies nothing until its disk takes writes again,
+// the write is on a quorum's disks regardless, and holding the client for
+// a disk's repair would turn an acknowledged write into a timeout.
+func (n *Node) AwaitApplied(ctx context.Context, index uint64) error {
+	for {
+		applied, storage := n.fsm.AppliedChanged(), n.StorageChange()
+		if n.fsm.Applied() >= index || n.StorageErr() != nil {
+			return nil
+		}
+		select {
+		case <-applied:
+		case <-storage:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // SetGate installs the gate every proposal passes (nil: none). Set it
 // before Start.
 func (n *Node) SetGate(g Gate) {

@@ -292,9 +292,9 @@ func propose[T fsm.Message](s *Server, ctx context.Context, op fsm.Op, msg fsm.M
 			return zero, fmt.Errorf("transport: %s: leader's answer: %w", op, err)
 		}
 		// Answer once this member applied the write too (see
-		// answerApplied). A member that cannot catch up answers "request
-		// timed out", as etcd does: the write is committed all the same.
-		if err := s.node.FSM().WaitApplied(ctx, index); err != nil {
+		// answerApplied). A member that falls behind for longer answers
+		// "request timed out", as etcd does; the write is committed.
+		if err := s.node.AwaitApplied(ctx, index); err != nil {
 			return zero, err
 		}
 		return t, nil
