@@ -66,15 +66,12 @@ func TestHitUntilDeadline(t *testing.T) {
 func TestDriftMarginOption(t *testing.T) {
 	h := newHarness(t, WithDriftMargin(200*time.Millisecond))
 	t0 := h.clk.Now()
-	ch := h.goGet(bg, "a")
-	s := h.srv.next(t)
-	s.reply(t, s.get(t, "a").Id, "a", str("1"), lease1s)
-	mustValue(t, await(t, ch), str("1"))
+	s := h.open(t)
 
 	h.clk.Set(t0.Add(800*time.Millisecond - time.Nanosecond))
 	h.hit(t, "a", str("1"))
 	h.clk.Set(t0.Add(800 * time.Millisecond))
-	ch = h.goGet(bg, "a")
+	ch := h.goGet(bg, "a")
 	s.reply(t, s.get(t, "a").Id, "a", str("1"), lease1s)
 	mustValue(t, await(t, ch), str("1"))
 }
@@ -82,10 +79,7 @@ func TestDriftMarginOption(t *testing.T) {
 // A margin as long as the lease caches nothing.
 func TestMarginAsLongAsLease(t *testing.T) {
 	h := newHarness(t, WithDriftMargin(time.Second))
-	ch := h.goGet(bg, "a")
-	s := h.srv.next(t)
-	s.reply(t, s.get(t, "a").Id, "a", str("1"), lease1s)
-	mustValue(t, await(t, ch), str("1"))
+	h.open(t)
 	if st := h.c.Stats(); st.Keys != 0 || st.Uncached != 1 {
 		t.Fatalf("stats %+v, want nothing cached", st)
 	}
@@ -160,17 +154,14 @@ func TestKeyValueConverted(t *testing.T) {
 // after the acknowledgement reached the leader asks the leader.
 func TestInvalidate(t *testing.T) {
 	h := newHarness(t)
-	ch := h.goGet(bg, "a")
-	s := h.srv.next(t)
-	s.reply(t, s.get(t, "a").Id, "a", str("1"), lease1s)
-	mustValue(t, await(t, ch), str("1"))
+	s := h.open(t)
 	h.fill(t, s, "b", str("2"), lease1s)
 
 	s.invalidate(t, 5, "a", "not-held")
 	if seq := s.ack(t); seq != 5 {
 		t.Fatalf("ack %d, want 5", seq)
 	}
-	ch = h.goGet(bg, "a")
+	ch := h.goGet(bg, "a")
 	s.reply(t, s.get(t, "a").Id, "a", str("1b"), lease1s)
 	mustValue(t, await(t, ch), str("1b"))
 	h.hit(t, "b", str("2"))
@@ -214,12 +205,9 @@ func TestAnswerThenInvalidate(t *testing.T) {
 func TestSessionBreak(t *testing.T) {
 	h := newHarness(t)
 	t0 := h.clk.Now()
-	ch := h.goGet(bg, "a")
-	s1 := h.srv.next(t)
-	s1.reply(t, s1.get(t, "a").Id, "a", str("1"), lease1s)
-	mustValue(t, await(t, ch), str("1"))
+	s1 := h.open(t)
 
-	ch = h.goGet(bg, "b")
+	ch := h.goGet(bg, "b")
 	req := s1.get(t, "b")
 	h.clk.Advance(100 * time.Millisecond)
 	s1.end <- status.Error(codes.Unavailable, "leader lost")
@@ -249,14 +237,11 @@ func TestSessionBreak(t *testing.T) {
 // A Get whose ctx ends while the session is down is not sent on the next.
 func TestAbandonedWhileDown(t *testing.T) {
 	h := newHarness(t)
-	ch := h.goGet(bg, "a")
-	s1 := h.srv.next(t)
-	s1.reply(t, s1.get(t, "a").Id, "a", str("1"), lease1s)
-	mustValue(t, await(t, ch), str("1"))
+	s1 := h.open(t)
 
 	ctx, cancel := context.WithCancel(bg)
 	h.watchWaits()
-	ch = h.goGet(ctx, "gone")
+	ch := h.goGet(ctx, "gone")
 	s1.get(t, "gone")
 	h.waitingFor(t, "gone")
 	s1.end <- status.Error(codes.Unavailable, "leader lost")
@@ -312,10 +297,7 @@ func TestCloseWakesGet(t *testing.T) {
 // lease, so writes of the cached keys need not wait them out.
 func TestCloseReleasesTheSession(t *testing.T) {
 	h := newHarness(t)
-	ch := h.goGet(bg, "a")
-	s := h.srv.next(t)
-	s.reply(t, s.get(t, "a").Id, "a", str("1"), lease1s)
-	mustValue(t, await(t, ch), str("1"))
+	s := h.open(t)
 	h.hit(t, "a", str("1"))
 	if err := h.c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -407,10 +389,7 @@ func TestAbandonedAnswerStored(t *testing.T) {
 
 func TestMaxKeys(t *testing.T) {
 	h := newHarness(t, WithMaxKeys(2))
-	ch := h.goGet(bg, "a")
-	s := h.srv.next(t)
-	s.reply(t, s.get(t, "a").Id, "a", str("1"), lease1s)
-	mustValue(t, await(t, ch), str("1"))
+	s := h.open(t)
 	h.fill(t, s, "b", str("2"), lease1s)
 	h.hit(t, "a", str("1")) // b is now the least recently used
 	h.fill(t, s, "c", str("3"), lease1s)

@@ -353,6 +353,17 @@ func (h *harness) hit(t *testing.T, key string, want *string) {
 	}
 }
 
+// open runs the cache's first Get, of a, which opens its session, and
+// answers it on that session with a = 1 under a 1 s lease.
+func (h *harness) open(t *testing.T) *fakeSession {
+	t.Helper()
+	ch := h.goGet(context.Background(), "a")
+	s := h.srv.next(t)
+	s.reply(t, s.get(t, "a").Id, "a", str("1"), lease1s)
+	mustValue(t, await(t, ch), str("1"))
+	return s
+}
+
 // fill makes the cache hold key = value under a lease: it runs a Get, and
 // answers it on s.
 func (h *harness) fill(t *testing.T, s *fakeSession, key string, value *string, leaseMs int64) {
