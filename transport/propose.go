@@ -181,13 +181,14 @@ func encodeAnswer(id uint64, resp any, index uint64, err error) []byte {
 		} else if body, merr := m.Marshal(); merr != nil {
 			err = fmt.Errorf("transport: marshal answer: %w", merr)
 		} else {
-			if index == 0 {
-				a = append(a, answerOK)
-			} else {
-				body = append(binary.AppendUvarint(nil, index), body...)
-				a = append(a, answerApplied)
+			var head [binary.MaxVarintLen64]byte
+			n, kind := 0, answerOK
+			if index != 0 {
+				n, kind = binary.PutUvarint(head[:], index), answerApplied
 			}
-			a = binary.AppendUvarint(a, uint64(len(body)))
+			a = append(a, kind)
+			a = binary.AppendUvarint(a, uint64(n+len(body)))
+			a = append(a, head[:n]...)
 			return append(a, body...)
 		}
 	}
