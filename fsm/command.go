@@ -61,6 +61,13 @@ const (
 	// DeleteRange, Txn, Compaction, LeaseGrant, LeaseRevoke or Alarm. Decode
 	// unwraps it, so the rest of the code sees the inner op, with As set.
 	OpAs Op = 13
+	// OpMember records a member the cluster added, or its new peer URLs
+	// (pb.Member: ID, PeerURLs, IsLearner): raft's configuration says who
+	// is a member and who votes; this record says what the member was added
+	// as, so a new leader still promotes a voter added as a non-voter until
+	// it caught up (node's promoter), and a joining member finds its ID by
+	// its peer URLs. The name and client URLs a member published stay.
+	OpMember Op = 14
 )
 
 func (o Op) String() string {
@@ -91,6 +98,8 @@ func (o Op) String() string {
 		return "auth"
 	case OpAs:
 		return "as"
+	case OpMember:
+		return "member"
 	}
 	return fmt.Sprintf("op(%d)", byte(o))
 }
@@ -162,7 +171,7 @@ func Decode(data []byte) (Command, error) {
 		msg = &pb.TxnRequest{}
 	case OpCompact:
 		msg = &pb.CompactionRequest{}
-	case OpPublish:
+	case OpPublish, OpMember:
 		msg = &pb.Member{}
 	case OpLeaseGrant:
 		msg = &pb.LeaseGrantRequest{}

@@ -216,7 +216,8 @@ func (f *FSM) ClusterID() uint64 {
 	return f.clusterID
 }
 
-// Member returns what member id published about itself, or nil.
+// Member returns the cluster's record of member id, or nil: the peer URLs
+// and kind it was added with, the name and client URLs it published.
 func (f *FSM) Member(id uint64) *pb.Member {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
@@ -225,6 +226,37 @@ func (f *FSM) Member(id uint64) *pb.Member {
 		return &c
 	}
 	return nil
+}
+
+// publish records what a member says of itself: its name and client URLs.
+// The peer URLs the cluster recorded when it added the member (or changed
+// them since) stay, as etcd keeps them apart from the published attributes;
+// a member that the cluster has no peer URLs for gives its own.
+func (f *FSM) publish(m *pb.Member) *pb.Member {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rec := &pb.Member{ID: m.ID, Name: m.Name, ClientURLs: m.ClientURLs, PeerURLs: m.PeerURLs}
+	if old, ok := f.members[m.ID]; ok {
+		rec.IsLearner = old.IsLearner
+		if len(old.PeerURLs) > 0 {
+			rec.PeerURLs = old.PeerURLs
+		}
+	}
+	f.members[m.ID] = rec
+	return rec
+}
+
+// recordMember records a member as added, or its new peer URLs (OpMember);
+// what it published about itself stays.
+func (f *FSM) recordMember(m *pb.Member) *pb.Member {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rec := &pb.Member{ID: m.ID, PeerURLs: m.PeerURLs, IsLearner: m.IsLearner}
+	if old, ok := f.members[m.ID]; ok {
+		rec.Name, rec.ClientURLs = old.Name, old.ClientURLs
+	}
+	f.members[m.ID] = rec
+	return rec
 }
 
 // Apply implements raft.FSM.
@@ -288,11 +320,9 @@ func (f *FSM) applyCommand(l *raft.Log) Result {
 		resp, err := f.store.Compact(cmd.Msg.(*pb.CompactionRequest).Revision)
 		return Result{Resp: resp, Err: err}
 	case OpPublish:
-		m := cmd.Msg.(*pb.Member)
-		f.mu.Lock()
-		f.members[m.ID] = m
-		f.mu.Unlock()
-		return Result{Resp: m}
+		return Result{Resp: f.publish(cmd.Msg.(*pb.Member))}
+	case OpMember:
+		return Result{Resp: f.recordMember(cmd.Msg.(*pb.Member))}
 	case OpLeaseGrant:
 		r := cmd.Msg.(*pb.LeaseGrantRequest)
 		if err := f.leases.Grant(r.ID, r.TTL); err != nil {

@@ -231,3 +231,25 @@ func roundTrip(t *testing.T, f *FSM) *FSM {
 	}
 	return g
 }
+
+// TestMemberRecords: OpMember records a member as the cluster added it and
+// keeps what it published; OpPublish keeps the peer URLs and kind the
+// cluster recorded; both survive a snapshot.
+func TestMemberRecords(t *testing.T) {
+	f := New(nil, nil, nil)
+	apply(t, f, OpMember, &pb.Member{ID: 7, PeerURLs: []string{"http://a:2380"}, IsLearner: true})
+	apply(t, f, OpPublish, &pb.Member{ID: 7, Name: "m7", ClientURLs: []string{"http://a:2379"}, PeerURLs: []string{"http://stale:2380"}})
+	m := f.Member(7)
+	if m.Name != "m7" || !m.IsLearner || len(m.PeerURLs) != 1 || m.PeerURLs[0] != "http://a:2380" || m.ClientURLs[0] != "http://a:2379" {
+		t.Fatalf("after publish: %+v", m)
+	}
+	apply(t, f, OpMember, &pb.Member{ID: 7, PeerURLs: []string{"http://b:2380"}})
+	m = roundTrip(t, f).Member(7)
+	if m.Name != "m7" || m.IsLearner || m.PeerURLs[0] != "http://b:2380" || m.ClientURLs[0] != "http://a:2379" {
+		t.Fatalf("after a new record and a snapshot: %+v", m)
+	}
+	apply(t, f, OpPublish, &pb.Member{ID: 8, Name: "m8", PeerURLs: []string{"http://c:2380"}})
+	if m := f.Member(8); m.PeerURLs[0] != "http://c:2380" {
+		t.Fatalf("a member with no record publishes its own peer URLs: %+v", m)
+	}
+}

@@ -52,6 +52,12 @@ type Config struct {
 	InitialCluster      string
 	InitialClusterState string // "new" or "existing"
 	InitialClusterToken string
+	// StrictReconfigCheck refuses membership changes that could cost the
+	// cluster its quorum, as etcd's --strict-reconfig-check (true there by
+	// default; the zero value here is off, the corenode command's default on).
+	StrictReconfigCheck bool
+	// MaxLearners bounds the learners (etcd's --max-learners); zero means 1.
+	MaxLearners int
 
 	HeartbeatInterval time.Duration
 	ElectionTimeout   time.Duration
@@ -68,6 +74,9 @@ type Config struct {
 	// and is what this member presents when it dials other members.
 	ClientTLS TLSInfo
 	PeerTLS   TLSInfo
+	// SelfSignedCertValidity is how many years a certificate made for
+	// AutoTLS is valid (etcd's --self-signed-cert-validity); zero means 1.
+	SelfSignedCertValidity uint
 
 	// Listeners already bound, used instead of opening the listen URLs
 	// (tests bind port 0 first so they know the addresses).
@@ -177,9 +186,12 @@ type Member struct {
 	pipe   *transport.PipeListener
 	gwConn *grpc.ClientConn
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
-	err    error
+	// ready is closed once the member has published itself to the cluster
+	// and caught up with it (etcd's ReadyNotify).
+	ready chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+	err   error
 }
 
 // ParseInitialCluster parses etcd's --initial-cluster form into name -> peer URLs.
@@ -255,10 +267,14 @@ func Start(cfg Config) (*Member, error) {
 		cfg.InitialClusterToken = "corenode-cluster"
 	}
 	logger := cfg.Logger.With("member", cfg.Name)
-	servers, err := initialServers(cfg.Name, cfg.InitialCluster, cfg.InitialClusterToken, cfg.InitialAdvertisePeerURLs)
-	if err != nil {
+	if _, err := ParseInitialCluster(cfg.InitialCluster); err != nil {
 		return nil, err
 	}
+	// Whether --initial-cluster names this member as it advertises itself
+	// matters only to a member that bootstraps a new cluster: a member
+	// restarted on its data dir, or moved by etcdctl member update, is not
+	// held to the flags it was first started with (as etcd).
+	servers, serversErr := initialServers(cfg.Name, cfg.InitialCluster, cfg.InitialClusterToken, cfg.InitialAdvertisePeerURLs)
 	advPeer, err := hostPort(cfg.InitialAdvertisePeerURLs[0])
 	if err != nil {
 		return nil, fmt.Errorf("--initial-advertise-peer-urls: %w", err)
@@ -272,6 +288,13 @@ func Start(cfg Config) (*Member, error) {
 		return nil, fmt.Errorf("--initial-cluster-state must be new or existing, not %q", cfg.InitialClusterState)
 	}
 
+	validity := cmp.Or(cfg.SelfSignedCertValidity, 1)
+	if cfg.ClientTLS, err = cfg.ClientTLS.withAutoTLS(autoTLSDir(cfg.DataDir, "client"), cfg.ListenClientURLs, validity, "", logger); err != nil {
+		return nil, err
+	}
+	if cfg.PeerTLS, err = cfg.PeerTLS.withAutoTLS(autoTLSDir(cfg.DataDir, "peer"), cfg.ListenPeerURLs, validity, "peer-", logger); err != nil {
+		return nil, err
+	}
 	clientTLS, err := tlsFor(cfg.ListenClientURLs, cfg.ClientTLS, "", "--listen-client-urls")
 	if err != nil {
 		return nil, err
@@ -346,25 +369,30 @@ func Start(cfg Config) (*Member, error) {
 
 	tracker := lease.NewTracker(lease.SystemClock{}, lease.TrackerConfig{CheckpointAfter: cfg.LeaseCheckpointAfter})
 	m.node, err = node.New(node.Config{
-		LeaseObserver:     tracker,
-		Name:              cfg.Name,
-		DataDir:           cfg.DataDir,
-		ID:                node.MemberID(cfg.InitialAdvertisePeerURLs, cfg.InitialClusterToken),
-		PeerURLs:          cfg.InitialAdvertisePeerURLs,
-		ClientURLs:        cfg.AdvertiseClientURLs,
-		Transport:         m.peerMux.RaftTransport(logger),
-		Bootstrap:         bootstrap,
-		InitialMembers:    servers,
-		HeartbeatInterval: cfg.HeartbeatInterval,
-		ElectionTimeout:   cfg.ElectionTimeout,
-		CommitNotify:      cfg.CommitNotifyInterval,
-		SnapshotCount:     cfg.SnapshotCount,
-		LogStore:          cfg.LogStore,
-		Logger:            logger,
-		RaftLog:           cfg.RaftLog,
-		Metrics:           cfg.Metrics,
-		Auth:              auth.New(auth.Config{Tokens: cfg.AuthTokens, TokenTTL: cfg.AuthTokenTTL, BcryptCost: cfg.BcryptCost}),
-		LogVerifyInterval: cfg.LogVerifyInterval,
+		LeaseObserver:       tracker,
+		Name:                cfg.Name,
+		DataDir:             cfg.DataDir,
+		ID:                  node.MemberID(cfg.InitialAdvertisePeerURLs, cfg.InitialClusterToken),
+		ResolveID:           func() (uint64, error) { return joinedID(m.peerMux, cfg, cmp.Or(cfg.ElectionTimeout, time.Second)) },
+		ClusterToken:        cfg.InitialClusterToken,
+		StrictReconfigCheck: cfg.StrictReconfigCheck,
+		MaxLearners:         cfg.MaxLearners,
+		PeerURLs:            cfg.InitialAdvertisePeerURLs,
+		ClientURLs:          cfg.AdvertiseClientURLs,
+		Transport:           m.peerMux.RaftTransport(logger),
+		Bootstrap:           bootstrap,
+		InitialMembers:      servers,
+		InitialMembersErr:   serversErr,
+		HeartbeatInterval:   cfg.HeartbeatInterval,
+		ElectionTimeout:     cfg.ElectionTimeout,
+		CommitNotify:        cfg.CommitNotifyInterval,
+		SnapshotCount:       cfg.SnapshotCount,
+		LogStore:            cfg.LogStore,
+		Logger:              logger,
+		RaftLog:             cfg.RaftLog,
+		Metrics:             cfg.Metrics,
+		Auth:                auth.New(auth.Config{Tokens: cfg.AuthTokens, TokenTTL: cfg.AuthTokenTTL, BcryptCost: cfg.BcryptCost}),
+		LogVerifyInterval:   cfg.LogVerifyInterval,
 	})
 	if err != nil {
 		return nil, err
@@ -376,7 +404,6 @@ func Start(cfg Config) (*Member, error) {
 	m.server = transport.NewServer(m.node, m.peerMux,
 		transport.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps, QuotaBackendBytes: quota},
 		cfg.ElectionTimeout, logger)
-	m.server.SetClusterToken(cfg.InitialClusterToken)
 	m.server.SetWatchProgressNotifyInterval(cfg.WatchProgressNotify)
 	sched := checkpoint.New(tracker, proposer{m.node}, checkpoint.Config{Tick: cfg.LeaseTick, MaxBatch: cfg.LeaseBatch},
 		checkpoint.NewMetrics(cfg.Metrics), logger)
@@ -451,10 +478,22 @@ func Start(cfg Config) (*Member, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
+	m.ready = make(chan struct{})
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		m.server.PublishSelf(ctx)
+		if m.server.PublishSelf(ctx) != nil {
+			return
+		}
+		select {
+		case <-m.node.CaughtUp():
+		case <-ctx.Done():
+			return
+		}
+		// etcd's words: its e2e framework and scripts written for etcd
+		// wait for this line.
+		logger.Info("ready to serve client requests")
+		close(m.ready)
 	}()
 	ok = true
 	logger.Info("serving", "client", m.ClientAddrs(), "peer", peerLn.Addr().String(), "data-dir", cfg.DataDir, "log-store", m.node.LogStore(),
@@ -564,6 +603,11 @@ func (m *Member) serve(f func() error) {
 		}
 	}()
 }
+
+// Ready is closed once the member serves as a full member of the cluster:
+// it has published its name and client URLs through raft and holds what
+// the cluster had committed when it started, as etcd's ReadyNotify.
+func (m *Member) Ready() <-chan struct{} { return m.ready }
 
 // Removed is closed when the cluster has removed this member; the process
 // should then Close it and exit.

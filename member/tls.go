@@ -5,11 +5,14 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"path/filepath"
 )
 
 // TLSInfo is one side's certificates, as etcd's --cert-file, --key-file,
-// --trusted-ca-file and --client-cert-auth (or their --peer-* twins) give them.
+// --trusted-ca-file, --client-cert-auth, --client-crl-file and --auto-tls
+// (or their --peer-* twins) give them.
 type TLSInfo struct {
 	CertFile      string
 	KeyFile       string
@@ -17,11 +20,58 @@ type TLSInfo struct {
 	// ClientCertAuth refuses connections without a certificate signed by
 	// TrustedCAFile.
 	ClientCertAuth bool
+	// CRLFile is a certificate revocation list (PEM or DER): a connection
+	// presenting a certificate it revokes is refused. It is read at every
+	// handshake, as etcd reads it, so a new list takes effect without a
+	// restart.
+	CRLFile string
+	// AutoTLS serves https:// URLs with a self-signed certificate the
+	// member makes on first start (see selfCert), when CertFile and KeyFile
+	// are not given. It encrypts; it authenticates nobody: members dialing
+	// each other with it do not verify the certificate, as etcd's
+	// --peer-auto-tls does not.
+	AutoTLS bool
+
+	// insecureSkipVerify is set for a self-signed certificate: members
+	// dial each other without verifying it.
+	insecureSkipVerify bool
 }
 
 func (t TLSInfo) empty() bool {
-	return t.CertFile == "" && t.KeyFile == "" && t.TrustedCAFile == "" && !t.ClientCertAuth
+	return t.CertFile == "" && t.KeyFile == "" && t.TrustedCAFile == "" && !t.ClientCertAuth && t.CRLFile == ""
 }
+
+// withAutoTLS returns t with a self-signed certificate in dir when it asks
+// for one and names none, as etcd's --auto-tls: the certificate is made on
+// the first start, for the hosts of urls, and kept. Certificates given by
+// file win, as in etcd.
+func (t TLSInfo) withAutoTLS(dir string, urls []string, validityYears uint, prefix string, log *slog.Logger) (TLSInfo, error) {
+	if !t.AutoTLS {
+		return t, nil
+	}
+	if t.CertFile != "" || t.KeyFile != "" {
+		log.Warn("ignoring --"+prefix+"auto-tls: certificates are given", "cert-file", t.CertFile)
+		return t, nil
+	}
+	https := false
+	for _, u := range urls {
+		https = https || isHTTPS(u)
+	}
+	if !https {
+		log.Warn("--" + prefix + "auto-tls has no effect: no URL of that side is https://")
+		return t, nil
+	}
+	cert, key, err := selfCert(dir, urls, validityYears, log)
+	if err != nil {
+		return t, fmt.Errorf("--%sauto-tls: %w", prefix, err)
+	}
+	t.CertFile, t.KeyFile, t.insecureSkipVerify = cert, key, true
+	return t, nil
+}
+
+// autoTLSDir is where a member keeps its self-signed certificates, as
+// etcd: DATA_DIR/fixtures/client and DATA_DIR/fixtures/peer.
+func autoTLSDir(dataDir, side string) string { return filepath.Join(dataDir, "fixtures", side) }
 
 // load reads the key pair and the CA pool, checking the combination first so
 // a mistake is reported by flag name rather than as a handshake failure later.
@@ -68,6 +118,13 @@ func (t TLSInfo) serverConfig(prefix string) (*tls.Config, error) {
 	if t.ClientCertAuth {
 		c.ClientAuth = tls.RequireAndVerifyClientCert
 	}
+	if t.CRLFile != "" {
+		if _, err := readCRL(t.CRLFile); err != nil {
+			return nil, fmt.Errorf("--%scrl-file: %w", prefix, err)
+		}
+		file := t.CRLFile
+		c.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error { return checkRevoked(file, raw) }
+	}
 	return c, nil
 }
 
@@ -78,7 +135,8 @@ func (t TLSInfo) clientConfig(prefix string) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, RootCAs: pool}, nil
+	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, RootCAs: pool,
+		InsecureSkipVerify: t.insecureSkipVerify}, nil
 }
 
 // tlsFor returns the server config for listeners whose URLs use https, and

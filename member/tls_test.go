@@ -1,12 +1,15 @@
 package member_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -145,4 +148,90 @@ func peerExchange(addr string, cfg *tls.Config) error {
 		return io.ErrUnexpectedEOF
 	}
 	return nil
+}
+
+// TestAutoTLS runs a cluster on --auto-tls and --peer-auto-tls: members
+// replicate and forward over their self-signed certificates, a client that
+// skips verification is served, one that verifies is refused (nobody vouches
+// for the certificate), and a restarted member keeps its certificate.
+func TestAutoTLS(t *testing.T) {
+	auto := member.TLSInfo{AutoTLS: true}
+	c := membertest.New(t, 3, membertest.WithTLS(auto, auto, &tls.Config{InsecureSkipVerify: true}))
+	leader := c.WaitLeader()
+	follower := (leader + 1) % 3
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Client(follower).Put(ctx, "k", "v"); err != nil {
+		t.Fatalf("put through a follower over auto TLS: %v", err)
+	}
+	for _, side := range []string{"client", "peer"} {
+		if _, err := os.Stat(filepath.Join(c.Config(follower).DataDir, "fixtures", side, "cert.pem")); err != nil {
+			t.Fatalf("no %s certificate in the data dir: %v", side, err)
+		}
+	}
+
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Endpoint(leader)}, TLS: &tls.Config{MinVersion: tls.VersionTLS12},
+		DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err == nil {
+		defer cli.Close()
+		vctx, vcancel := context.WithTimeout(ctx, 2*time.Second)
+		defer vcancel()
+		if _, err := cli.Get(vctx, "k"); err == nil {
+			t.Fatal("a client verifying the certificate accepted a self-signed one")
+		}
+	}
+
+	certFile := filepath.Join(c.Config(follower).DataDir, "fixtures", "peer", "cert.pem")
+	before, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Stop(follower)
+	c.Restart(follower)
+	after, err := os.ReadFile(certFile)
+	if err != nil || !bytes.Equal(before, after) {
+		t.Fatalf("a restarted member made a new certificate (err %v)", err)
+	}
+	c.CatchUp(leader)
+	resp, err := c.Client(follower).Get(ctx, "k", clientv3.WithSerializable())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("restarted member over auto TLS: %v, %v", resp, err)
+	}
+}
+
+// TestClientCRL refuses a client whose certificate the --client-crl-file
+// revokes, serves the others, and reads the list again at every connection.
+func TestClientCRL(t *testing.T) {
+	ca := membertest.NewCA(t, "cluster")
+	server := ca.Issue("member", net.ParseIP("127.0.0.1"))
+	good, revoked := ca.Issue("good"), ca.Issue("revoked")
+	crl := ca.Revoke(filepath.Join(t.TempDir(), "crl.pem"), revoked)
+	info := member.TLSInfo{CertFile: server.CertFile, KeyFile: server.KeyFile, TrustedCAFile: ca.File, ClientCertAuth: true, CRLFile: crl}
+	peer := member.TLSInfo{CertFile: server.CertFile, KeyFile: server.KeyFile, TrustedCAFile: ca.File}
+	c := membertest.New(t, 1, membertest.WithTLS(info, peer, ca.ClientConfig(good)))
+	c.WaitLeader()
+
+	put := func(p membertest.Pair) error {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Endpoint(0)}, TLS: ca.ClientConfig(p),
+			DialTimeout: time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_, err = cli.Put(ctx, "k", "v")
+		return err
+	}
+	if err := put(good); err != nil {
+		t.Fatalf("a client the list does not revoke: %v", err)
+	}
+	if err := put(revoked); err == nil {
+		t.Fatal("a client with a revoked certificate was served")
+	}
+	ca.Revoke(crl, revoked, good)
+	if err := put(good); err == nil {
+		t.Fatal("a certificate revoked by the new list was still served")
+	}
 }

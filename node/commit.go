@@ -21,35 +21,41 @@ const commitNotifyDelay = 500 * time.Microsecond
 // serveFollowers runs while this member leads term and keeps a commit
 // teller (tellCommits) per follower of the current configuration.
 func (n *Node) serveFollowers(ctx context.Context, term uint64) {
-	tellers := map[raft.ServerID]context.CancelFunc{}
+	type teller struct {
+		addr raft.ServerAddress
+		stop context.CancelFunc
+	}
+	tellers := map[raft.ServerID]teller{}
 	defer func() {
-		for _, stop := range tellers {
-			stop()
+		for _, t := range tellers {
+			t.stop()
 		}
 	}()
-	// Membership changes are rare; a follower added meanwhile hears of
-	// commits through raft's own appends until the next look.
+	// This leader's own membership changes wake it at once; the look every
+	// second covers a configuration it inherited still being committed.
 	look := time.NewTicker(time.Second)
 	defer look.Stop()
 	self := ServerID(n.cfg.ID)
 	for {
+		changed := n.membersChanged.Wait()
 		if f := n.raft.GetConfiguration(); f.Error() == nil {
-			current := map[raft.ServerID]bool{}
+			current := map[raft.ServerID]raft.ServerAddress{}
 			for _, s := range f.Configuration().Servers {
-				if s.ID == self {
-					continue
-				}
-				current[s.ID] = true
-				if _, ok := tellers[s.ID]; !ok {
-					tctx, stop := context.WithCancel(ctx)
-					tellers[s.ID] = stop
-					go n.tellCommits(tctx, term, s.ID, s.Address)
+				if s.ID != self {
+					current[s.ID] = s.Address
 				}
 			}
-			for id, stop := range tellers {
-				if !current[id] {
-					stop()
+			for id, t := range tellers {
+				if addr, ok := current[id]; !ok || addr != t.addr {
+					t.stop()
 					delete(tellers, id)
+				}
+			}
+			for id, addr := range current {
+				if _, ok := tellers[id]; !ok {
+					tctx, stop := context.WithCancel(ctx)
+					tellers[id] = teller{addr: addr, stop: stop}
+					go n.tellCommits(tctx, term, id, addr)
 				}
 			}
 		}
@@ -57,6 +63,7 @@ func (n *Node) serveFollowers(ctx context.Context, term uint64) {
 		case <-ctx.Done():
 			return
 		case <-look.C:
+		case <-changed:
 		}
 	}
 }

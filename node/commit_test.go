@@ -94,7 +94,7 @@ func (c *inmemCluster) join(l int) int {
 	c.cfgs, c.trans, c.nodes = append(c.cfgs, cfg), append(c.trans, tr), append(c.nodes, nil)
 	c.connect()
 	c.start(i)
-	if err := c.nodes[l].AddMember(nil, cfg.ID, string(addr)); err != nil {
+	if _, err := c.nodes[l].addMember(context.Background(), cfg.ID, addr, nil, false); err != nil {
 		c.t.Fatal(err)
 	}
 	return i

@@ -31,8 +31,15 @@ import (
 type Config struct {
 	Name    string
 	DataDir string
-	// ID is this member's ID; see MemberID.
+	// ID is this member's ID (see MemberID) unless its data dir keeps
+	// another, or ResolveID gives one.
 	ID uint64
+	// ResolveID, when set, is asked for this member's ID when its data dir
+	// holds no raft state and it joins a running cluster (Bootstrap false):
+	// a member added with etcdctl member add learns the ID the cluster
+	// gave it by its peer URLs. It may block on the network; an error
+	// stops New.
+	ResolveID func() (uint64, error)
 	// PeerURLs are this member's advertised peer URLs; the first one's host:port
 	// is its raft address.
 	PeerURLs   []string
@@ -44,6 +51,18 @@ type Config struct {
 	// Without it the member waits to be added by an existing cluster.
 	Bootstrap      bool
 	InitialMembers []raft.Server
+	// InitialMembersErr says why InitialMembers could not be made; New
+	// fails with it only when it would bootstrap.
+	InitialMembersErr error
+	// ClusterToken salts the IDs of members this member adds as leader
+	// (--initial-cluster-token).
+	ClusterToken string
+	// StrictReconfigCheck refuses membership changes that could cost the
+	// cluster its quorum, as etcd's --strict-reconfig-check (reconfig.go).
+	StrictReconfigCheck bool
+	// MaxLearners bounds the learners in the cluster (etcd's
+	// --max-learners); zero means DefaultMaxLearners.
+	MaxLearners int
 
 	HeartbeatInterval time.Duration
 	ElectionTimeout   time.Duration
@@ -143,6 +162,10 @@ type Node struct {
 	notify       chan bool
 	removed      chan struct{}
 	leaderChange signal
+	// membersChanged is notified when this member, as leader, changed the
+	// membership (reconfig.go): the promoter and the commit tellers look
+	// at the configuration again.
+	membersChanged signal
 	// ready is notified whenever readyTerm changes.
 	ready signal
 	// caughtUp is closed once the FSM holds what this member had applied
@@ -216,6 +239,24 @@ func New(cfg Config) (*Node, error) {
 		stores.Close()
 		return nil, fmt.Errorf("node: %w", &CorruptLogError{DataDir: cfg.DataDir, Store: kind, ID: cfg.ID, Err: err})
 	}
+	has, err := raft.HasExistingState(stores, stores, snaps)
+	if err != nil {
+		stores.Close()
+		return nil, fmt.Errorf("node: inspect raft state: %w", err)
+	}
+	if cfg.Bootstrap && !has && cfg.InitialMembersErr != nil {
+		stores.Close()
+		return nil, cfg.InitialMembersErr
+	}
+	id, err := settleID(n.store, has, cfg)
+	if err != nil {
+		stores.Close()
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	if id != cfg.ID {
+		n.log.Info("this member's ID is the one its data dir keeps or the cluster gave it", "id", fmt.Sprintf("%x", id))
+	}
+	n.cfg.ID, cfg.ID = id, id
 	n.verifier = n.newVerifiedLog(timedLogStore{n.store, n.metrics.fsync})
 	logs, err := raft.NewLogCache(1024, n.verifier)
 	n.logs = logs
@@ -233,22 +274,14 @@ func New(cfg Config) (*Node, error) {
 	notify := make(chan bool, 16)
 	rc := raftConfig(cfg, notify)
 
-	if cfg.Bootstrap {
-		has, err := raft.HasExistingState(raftLogs, stable, snaps)
-		if err != nil {
+	if cfg.Bootstrap && !has {
+		if err := raft.BootstrapCluster(rc, raftLogs, stable, snaps, n.repl,
+			raft.Configuration{Servers: cfg.InitialMembers}); err != nil {
 			n.verifier.Close()
 			stores.Close()
-			return nil, fmt.Errorf("node: inspect raft state: %w", err)
+			return nil, fmt.Errorf("node: bootstrap: %w", err)
 		}
-		if !has {
-			if err := raft.BootstrapCluster(rc, raftLogs, stable, snaps, n.repl,
-				raft.Configuration{Servers: cfg.InitialMembers}); err != nil {
-				n.verifier.Close()
-				stores.Close()
-				return nil, fmt.Errorf("node: bootstrap: %w", err)
-			}
-			n.log.Info("bootstrapped new cluster", "members", len(cfg.InitialMembers))
-		}
+		n.log.Info("bootstrapped new cluster", "members", len(cfg.InitialMembers))
 	}
 
 	// After a bootstrap (its configuration is entry 1), before raft starts
@@ -281,7 +314,7 @@ func New(cfg Config) (*Node, error) {
 	campaigning := func() bool { return r.State() == raft.Candidate }
 	stable.candidate.Store(&campaigning)
 	n.raft = r
-	n.services = append(n.services, checkpointer{n})
+	n.services = append(n.services, checkpointer{n}, promoter{n})
 	n.prober = heartbeatProber{n}
 	n.notify = notify
 	if in, known := n.inConfiguration(); known && !in {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -61,6 +62,13 @@ type replication struct {
 
 	mu    sync.Mutex
 	peers map[raft.ServerID]*peerProgress
+	// active is when each member became reachable from here: the first
+	// successful RPC to it after a failed one, as etcd's transport's
+	// ActiveSince. It outlives terms (it is about the link, not the log);
+	// a member missing from it is not reachable now. The strict
+	// reconfiguration check reads it (reconfig.go).
+	active map[raft.ServerID]time.Time
+	now    func() time.Time
 
 	// While watchAnswers is set (a restarted member catching up), answered
 	// is notified each time raft has answered a leader's append that named
@@ -91,6 +99,7 @@ type peerProgress struct {
 
 func newReplication(t raft.Transport, storage *storageState) *replication {
 	return &replication{Transport: t, storage: storage, peers: map[raft.ServerID]*peerProgress{},
+		active: map[raft.ServerID]time.Time{}, now: time.Now,
 		consumer: make(chan raft.RPC), closed: make(chan struct{})}
 }
 
@@ -166,7 +175,9 @@ func (r *replication) RequestVote(id raft.ServerID, target raft.ServerAddress, a
 	if r.storage.failed.Load() {
 		return errNoCampaign
 	}
-	return r.Transport.RequestVote(id, target, args, resp)
+	err := r.Transport.RequestVote(id, target, args, resp)
+	r.reached(id, err)
+	return err
 }
 
 // AppendEntriesPipeline refuses pipelining: raft falls back to one
@@ -183,6 +194,7 @@ func (r *replication) AppendEntries(id raft.ServerID, target raft.ServerAddress,
 		if err != nil {
 			r.unreachable(id, args.Term)
 		}
+		r.reached(id, err)
 		return err
 	}
 	last := args.PrevLogEntry
@@ -211,6 +223,7 @@ func (r *replication) AppendEntries(id raft.ServerID, target raft.ServerAddress,
 	if err != nil {
 		p.forgetTold(args.Term)
 	}
+	r.reachedLocked(id, err)
 	if err == nil && resp.Success && resp.Term == args.Term && p.term == args.Term {
 		p.match = max(p.match, last)
 		// The follower set its commit index to min(LeaderCommitIndex, its
@@ -292,7 +305,34 @@ func (r *replication) RequestPreVote(id raft.ServerID, target raft.ServerAddress
 	if !ok {
 		return errors.New("node: transport does not support pre-vote")
 	}
-	return pv.RequestPreVote(id, target, args, resp)
+	err := pv.RequestPreVote(id, target, args, resp)
+	r.reached(id, err)
+	return err
+}
+
+// reached records the outcome of an RPC to id for activeSince: a failure
+// makes it unreachable, the first success after that reachable from now.
+func (r *replication) reached(id raft.ServerID, err error) {
+	r.mu.Lock()
+	r.reachedLocked(id, err)
+	r.mu.Unlock()
+}
+
+func (r *replication) reachedLocked(id raft.ServerID, err error) {
+	if err != nil {
+		delete(r.active, id)
+	} else if _, ok := r.active[id]; !ok {
+		r.active[id] = r.now()
+	}
+}
+
+// activeSince is when id became reachable from this member, and false when
+// it is not reachable now (or was never tried).
+func (r *replication) activeSince(id raft.ServerID) (time.Time, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.active[id]
+	return t, ok
 }
 
 // Close closes the wrapped transport when it can be closed (raft closes

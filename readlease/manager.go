@@ -214,7 +214,7 @@ func (m *Manager) current(ctx context.Context) (*term, error) {
 // touchesNoKey lists the ops that can never change a key's value.
 func touchesNoKey(op fsm.Op) bool {
 	switch op {
-	case fsm.OpCompact, fsm.OpPublish, fsm.OpLeaseGrant, fsm.OpLeaseCheckpoint, fsm.OpAlarm, fsm.OpReadLeases, fsm.OpAuth:
+	case fsm.OpCompact, fsm.OpPublish, fsm.OpMember, fsm.OpLeaseGrant, fsm.OpLeaseCheckpoint, fsm.OpAlarm, fsm.OpReadLeases, fsm.OpAuth:
 		return true
 	}
 	return false

@@ -8,10 +8,6 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	"github.com/corenode/corenode/node"
 )
 
 type clusterService struct{ s *Server }
@@ -53,46 +49,20 @@ func (s *Server) members(ctx context.Context) ([]*pb.Member, error) {
 	return linearizable(s, ctx, s.node.Members)
 }
 
-// ClusterToken is the --initial-cluster-token; MemberAdd derives new IDs from it.
-func (s *Server) SetClusterToken(token string) { s.token = token }
-
 func (c *clusterService) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
-	if r.IsLearner {
-		return nil, status.Error(codes.Unimplemented, "corenode: learner members are not supported")
-	}
-	addr, err := peerAddr(r.PeerURLs)
-	if err != nil {
-		return nil, err
-	}
-	id := node.MemberID(r.PeerURLs, c.s.token)
-	ms, err := c.s.node.Members()
-	if err != nil {
-		return nil, mapErr(ctx, err)
-	}
-	for _, m := range ms {
-		if m.ID == id {
-			return nil, rpctypes.ErrGRPCMemberExist
+	added, err := onLeader(c.s, ctx, false, func(ctx context.Context) (*pb.Member, error) {
+		return c.s.node.AddMember(ctx, r.PeerURLs, r.IsLearner)
+	}, unary(c.s, func(ctx context.Context, conn *grpc.ClientConn) (*pb.Member, error) {
+		resp, err := pb.NewClusterClient(conn).MemberAdd(ctx, r)
+		if err != nil {
+			return nil, err
 		}
-		for _, u := range m.PeerURLs {
-			if slices.Contains(r.PeerURLs, u) {
-				return nil, rpctypes.ErrGRPCPeerURLExist
-			}
-		}
-	}
-	_, err = onLeader(c.s, ctx, false, func(ctx context.Context) (*pb.MemberAddResponse, error) {
-		return nil, c.s.node.AddMember(r.PeerURLs, id, addr)
-	}, unary(c.s, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberAddResponse, error) {
-		return pb.NewClusterClient(conn).MemberAdd(ctx, r)
+		return resp.Member, nil
 	}))
 	if err != nil {
 		return nil, err
 	}
-	ms = c.s.membersAfterChange(ctx)
-	return &pb.MemberAddResponse{
-		Header:  c.s.header(nil),
-		Member:  &pb.Member{ID: id, PeerURLs: r.PeerURLs},
-		Members: ms,
-	}, nil
+	return &pb.MemberAddResponse{Header: c.s.header(nil), Member: added, Members: c.s.membersAfterChange(ctx)}, nil
 }
 
 func (c *clusterService) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*pb.MemberRemoveResponse, error) {
@@ -106,7 +76,7 @@ func (c *clusterService) MemberRemove(ctx context.Context, r *pb.MemberRemoveReq
 	}
 	removed := ms[i]
 	_, err = onLeader(c.s, ctx, false, func(ctx context.Context) (*pb.MemberRemoveResponse, error) {
-		if err := c.s.node.RemoveMember(r.ID); err != nil {
+		if err := c.s.node.RemoveMember(ctx, r.ID); err != nil {
 			return nil, err
 		}
 		if addr, err := peerAddr(removed.PeerURLs); err == nil && r.ID != c.s.node.ID() {
@@ -119,16 +89,31 @@ func (c *clusterService) MemberRemove(ctx context.Context, r *pb.MemberRemoveReq
 	if err != nil {
 		return nil, err
 	}
-	ms = c.s.membersAfterChange(ctx)
-	return &pb.MemberRemoveResponse{Header: c.s.header(nil), Members: ms}, nil
+	return &pb.MemberRemoveResponse{Header: c.s.header(nil), Members: c.s.membersAfterChange(ctx)}, nil
 }
 
 func (c *clusterService) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "corenode: changing a member's peer URLs is not supported; remove and re-add it")
+	_, err := onLeader(c.s, ctx, false, func(ctx context.Context) (*pb.MemberUpdateResponse, error) {
+		return nil, c.s.node.UpdateMember(ctx, r.ID, r.PeerURLs)
+	}, unary(c.s, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberUpdateResponse, error) {
+		return pb.NewClusterClient(conn).MemberUpdate(ctx, r)
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return &pb.MemberUpdateResponse{Header: c.s.header(nil), Members: c.s.membersAfterChange(ctx)}, nil
 }
 
 func (c *clusterService) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
-	return nil, rpctypes.ErrGRPCMemberNotLearner
+	_, err := onLeader(c.s, ctx, false, func(ctx context.Context) (*pb.MemberPromoteResponse, error) {
+		return nil, c.s.node.PromoteMember(ctx, r.ID)
+	}, unary(c.s, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberPromoteResponse, error) {
+		return pb.NewClusterClient(conn).MemberPromote(ctx, r)
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return &pb.MemberPromoteResponse{Header: c.s.header(nil), Members: c.s.membersAfterChange(ctx)}, nil
 }
 
 // peerAddr is the raft address (host:port) of a member's peer URLs.

@@ -118,7 +118,7 @@ func (m *maintenanceService) Status(ctx context.Context, r *pb.StatusRequest) (*
 		DbSize:           n.DiskSize(),
 		DbSizeInUse:      n.DiskSize(),
 		DbSizeQuota:      max(m.s.limits.QuotaBackendBytes, 0),
-		IsLearner:        false,
+		IsLearner:        n.IsLearner(),
 	}
 	if leader == 0 {
 		resp.Errors = append(resp.Errors, "etcdserver: no leader")

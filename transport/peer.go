@@ -21,6 +21,7 @@ var peerServiceDesc = grpc.ServiceDesc{
 	Methods: []grpc.MethodDesc{
 		peerMethod("Removed", peerServer.Removed),
 		peerMethod("ReadIndex", peerServer.ReadIndex),
+		peerMethod("Members", peerServer.Members),
 	},
 	Streams: []grpc.StreamDesc{{
 		StreamName:    proposeStreamDesc.StreamName,
@@ -57,6 +58,10 @@ type peerServer interface {
 	ReadIndex(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error)
 	// Propose carries a follower's forwarded writes (see proposalForwarder).
 	Propose(grpc.ServerStream) error
+	// Members lists the cluster's members, as of a read index: a member
+	// joining the cluster finds the ID it was added with by its peer URLs
+	// (AskMembers).
+	Members(context.Context, *pb.MemberListRequest) (*pb.MemberListResponse, error)
 }
 
 type peerService struct{ s *Server }
@@ -69,6 +74,14 @@ func (p *peerService) Removed(ctx context.Context, m *pb.Member) (*pb.MemberUpda
 	}
 	p.s.node.MarkRemoved("the leader said so")
 	return &pb.MemberUpdateResponse{}, nil
+}
+
+func (p *peerService) Members(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
+	ms, err := p.s.members(ctx)
+	if err != nil {
+		return nil, mapErr(ctx, err)
+	}
+	return &pb.MemberListResponse{Header: p.s.header(nil), Members: ms}, nil
 }
 
 func (p *peerService) ReadIndex(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
@@ -104,29 +117,37 @@ func (s *Server) publish(ctx context.Context, m *pb.Member) (*pb.MemberUpdateRes
 
 // PublishSelf records this member's name and URLs in the replicated member
 // table, retrying until it succeeds or ctx ends, as etcd members publish
-// their attributes once they join.
-func (s *Server) PublishSelf(ctx context.Context) {
+// their attributes once they join. It returns nil once the table holds
+// them, ctx's error if ctx ended first.
+func (s *Server) PublishSelf(ctx context.Context) error {
 	self := s.node.Self()
 	for {
-		if cur := s.node.FSM().Member(self.ID); cur != nil && sameMember(cur, self) {
-			return
+		if cur := s.node.FSM().Member(self.ID); cur != nil && published(cur, self) {
+			if !slices.Equal(cur.PeerURLs, self.PeerURLs) {
+				s.log.Warn("the cluster reaches this member at other peer URLs than it advertises (etcdctl member update changed them); "+
+					"restart it with --initial-advertise-peer-urls set to them", "cluster", cur.PeerURLs, "advertised", self.PeerURLs)
+			}
+			return nil
 		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := s.publish(cctx, self)
 		cancel()
 		if err == nil {
 			s.log.Info("published member attributes", "name", self.Name, "client-urls", self.ClientURLs)
-			return
+			return nil
 		}
 		s.log.Debug("publish failed, retrying", "err", err)
 		select {
 		case <-ctx.Done():
-			return
+			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
 
-func sameMember(a, b *pb.Member) bool {
-	return a.ID == b.ID && a.Name == b.Name && slices.Equal(a.PeerURLs, b.PeerURLs) && slices.Equal(a.ClientURLs, b.ClientURLs)
+// published reports whether the cluster's record cur holds what self
+// publishes: its name and client URLs, and some peer URLs (the cluster's
+// own, if it recorded them when it added the member).
+func published(cur, self *pb.Member) bool {
+	return cur.Name == self.Name && slices.Equal(cur.ClientURLs, self.ClientURLs) && len(cur.PeerURLs) > 0
 }

@@ -41,7 +41,6 @@ type Server struct {
 	// grace is how long a forwarded call may go on after the leader changed.
 	grace time.Duration
 
-	token string
 	// progressInterval is the watch progress notification period.
 	progressInterval time.Duration
 

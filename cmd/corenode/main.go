@@ -80,6 +80,9 @@ type options struct {
 	authToken                                  string
 	authTokens                                 auth.TokenKind
 	authTokenTTL, bcryptCost                   int
+	strictReconfigCheck                        bool
+	selfSignedCertValidity                     uint
+	maxLearners                                int
 }
 
 func newFlagSet(o *options) *flag.FlagSet {
@@ -93,6 +96,9 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.initialCluster, "initial-cluster", "", "initial cluster configuration, name=peer-url,... (default \"${name}=${initial-advertise-peer-urls}\")")
 	fs.StringVar(&o.initialState, "initial-cluster-state", "new", "new to bootstrap a new cluster, existing to join one (after etcdctl member add)")
 	fs.StringVar(&o.initialToken, "initial-cluster-token", "corenode-cluster", "cluster token; member IDs derive from it and the peer URLs")
+	fs.IntVar(&o.maxLearners, "max-learners", node.DefaultMaxLearners, "most learners (members that receive the log and serve reads but do not vote) the cluster may have")
+	fs.IntVar(&o.maxLearners, "experimental-max-learners", node.DefaultMaxLearners, "deprecated: etcd 3.5's name of --max-learners")
+	fs.BoolVar(&o.strictReconfigCheck, "strict-reconfig-check", true, "refuse a membership change that could cost the cluster its quorum: adding a voter while fewer members than the new quorum have started, or while the leader has not been connected to every voter for 5 s; removing a voter the rest could not do without")
 	fs.IntVar(&o.heartbeatMS, "heartbeat-interval", 100, "time (in milliseconds) of a heartbeat interval")
 	fs.IntVar(&o.electionMS, "election-timeout", 1000, "time (in milliseconds) for an election to timeout")
 	fs.IntVar(&o.commitNotifyMS, "commit-notify-interval", 0, "time (in milliseconds) between the empty appends an idle leader sends each follower (0: 50, or --heartbeat-interval if lower); followers hear of new commits from the leader within about a millisecond regardless")
@@ -124,6 +130,11 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.peerTLS.KeyFile, "peer-key-file", "", "path to the peer TLS key file")
 	fs.StringVar(&o.peerTLS.TrustedCAFile, "peer-trusted-ca-file", "", "path to the CA bundle that signs the other members' certificates")
 	fs.BoolVar(&o.peerTLS.ClientCertAuth, "peer-client-cert-auth", false, "refuse peers without a certificate signed by --peer-trusted-ca-file")
+	fs.StringVar(&o.clientTLS.CRLFile, "client-crl-file", "", "certificate revocation list (PEM or DER): clients presenting a certificate it revokes are refused; read at every connection")
+	fs.StringVar(&o.peerTLS.CRLFile, "peer-crl-file", "", "certificate revocation list for peer certificates, as --client-crl-file")
+	fs.BoolVar(&o.clientTLS.AutoTLS, "auto-tls", false, "serve https:// client URLs with a self-signed certificate made on first start (in DATA_DIR/fixtures/client) when --cert-file is not given: encrypted, nobody authenticated")
+	fs.BoolVar(&o.peerTLS.AutoTLS, "peer-auto-tls", false, "serve and dial https:// peer URLs with a self-signed certificate (DATA_DIR/fixtures/peer) when --peer-cert-file is not given; members do not verify each other's certificate")
+	fs.UintVar(&o.selfSignedCertValidity, "self-signed-cert-validity", 1, "years a certificate made by --auto-tls or --peer-auto-tls is valid")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: corenode [flags]\n       corenode health [--endpoint URL] [--cacert F --cert F --key F]\n"+
@@ -169,11 +180,15 @@ func splitURLs(s string) []string {
 func run(args []string) error {
 	var o options
 	fs := newFlagSet(&o)
+	// A mistyped flag gets one line, not the whole usage.
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(os.Stdout)
+			fs.Usage()
 			return nil
 		}
-		return err
+		return fmt.Errorf("%w (see corenode --help)", err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (see corenode --help)", fs.Arg(0))
@@ -222,6 +237,12 @@ func run(args []string) error {
 	if o.watchProgressNotify <= 0 {
 		return fmt.Errorf("--watch-progress-notify-interval (%s) must be positive", o.watchProgressNotify)
 	}
+	if o.maxLearners < 1 {
+		return fmt.Errorf("--max-learners (%d) must be at least 1", o.maxLearners)
+	}
+	if o.selfSignedCertValidity < 1 {
+		return fmt.Errorf("--self-signed-cert-validity (%d) must be at least 1 (year)", o.selfSignedCertValidity)
+	}
 	if o.electionMS < 5*o.heartbeatMS {
 		return fmt.Errorf("--election-timeout (%d ms) should be at least 5 times --heartbeat-interval (%d ms)", o.electionMS, o.heartbeatMS)
 	}
@@ -235,6 +256,8 @@ func run(args []string) error {
 		InitialCluster:            o.initialCluster,
 		InitialClusterState:       o.initialState,
 		InitialClusterToken:       o.initialToken,
+		StrictReconfigCheck:       o.strictReconfigCheck,
+		MaxLearners:               o.maxLearners,
 		HeartbeatInterval:         time.Duration(o.heartbeatMS) * time.Millisecond,
 		ElectionTimeout:           time.Duration(o.electionMS) * time.Millisecond,
 		CommitNotifyInterval:      time.Duration(o.commitNotifyMS) * time.Millisecond,
@@ -259,6 +282,7 @@ func run(args []string) error {
 		ReadLeaseMaxHoldersPerKey: o.readLeaseMaxHolders,
 		ClientTLS:                 o.clientTLS,
 		PeerTLS:                   o.peerTLS,
+		SelfSignedCertValidity:    o.selfSignedCertValidity,
 	})
 	if err != nil {
 		return err

@@ -49,7 +49,7 @@ func NewCA(t testing.TB, name string) *CA {
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(24 * time.Hour),
 		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
@@ -106,6 +106,36 @@ func (ca *CA) ClientConfig(p Pair) *tls.Config {
 		cfg.Certificates = []tls.Certificate{pair}
 	}
 	return cfg
+}
+
+// Revoke writes the CA's revocation list naming pairs to file (PEM),
+// replacing what file held, and returns file.
+func (ca *CA) Revoke(file string, pairs ...Pair) string {
+	ca.t.Helper()
+	var revoked []x509.RevocationListEntry
+	for _, p := range pairs {
+		data, err := os.ReadFile(p.CertFile)
+		if err != nil {
+			ca.t.Fatal(err)
+		}
+		b, _ := pem.Decode(data)
+		cert, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			ca.t.Fatal(err)
+		}
+		revoked = append(revoked, x509.RevocationListEntry{SerialNumber: cert.SerialNumber, RevocationTime: time.Now()})
+	}
+	der, err := x509.CreateRevocationList(rand.Reader, &x509.RevocationList{
+		Number: big.NewInt(serial.Add(1)), ThisUpdate: time.Now(), NextUpdate: time.Now().Add(time.Hour),
+		RevokedCertificateEntries: revoked,
+	}, ca.cert, ca.key)
+	if err != nil {
+		ca.t.Fatal(err)
+	}
+	if err := os.WriteFile(file, pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der}), 0o600); err != nil {
+		ca.t.Fatal(err)
+	}
+	return file
 }
 
 func (ca *CA) write(name, kind string, der []byte) string {

@@ -29,8 +29,13 @@ type Cluster struct {
 	cfgs    []member.Config
 	peers   []string
 	clients []string
-	opts    options
+	// lns are the listeners of members Prepare made and Start has not
+	// started yet, by index (zero for the others).
+	lns  []listeners
+	opts options
 }
+
+type listeners struct{ peer, client net.Listener }
 
 type options struct {
 	scheme    string
@@ -107,6 +112,7 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 			c.opts.configure(i, &cfg)
 		}
 		c.cfgs = append(c.cfgs, cfg)
+		c.lns = append(c.lns, listeners{})
 		cfg.PeerListener, cfg.ClientListeners = peerLns[i], []net.Listener{clientLns[i]}
 		m, err := member.Start(cfg)
 		if err != nil {
@@ -243,15 +249,38 @@ func (c *Cluster) WaitLeader() int {
 // existing. It returns the new member's index.
 func (c *Cluster) Join() int {
 	c.t.Helper()
+	i := c.Add(false)
+	c.Start(i)
+	return i
+}
+
+// Add adds a member through MemberAdd (as a learner when learner is set)
+// and prepares its configuration to join, without starting it; Start
+// starts it. It returns the new member's index.
+func (c *Cluster) Add(learner bool) int {
+	c.t.Helper()
+	i := c.Prepare()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	add := c.Client().MemberAdd
+	if learner {
+		add = c.Client().MemberAddAsLearner
+	}
+	if _, err := add(ctx, []string{c.peers[i]}); err != nil {
+		c.t.Fatalf("member add: %v", err)
+	}
+	return i
+}
+
+// Prepare makes the configuration of a new member that joins the cluster
+// (--initial-cluster-state existing) with fresh listeners, and returns its
+// index; nothing asks the cluster to add it.
+func (c *Cluster) Prepare() int {
+	c.t.Helper()
 	i := len(c.Members)
 	peerLn, clientLn := listen(c.t), listen(c.t)
 	peer := c.opts.scheme + "://" + peerLn.Addr().String()
 	client := c.opts.scheme + "://" + clientLn.Addr().String()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if _, err := c.Client().MemberAdd(ctx, []string{peer}); err != nil {
-		c.t.Fatalf("member add: %v", err)
-	}
 	cfg := c.cfgs[0]
 	cfg.Name = fmt.Sprintf("m%d", i)
 	cfg.DataDir = filepath.Join(filepath.Dir(cfg.DataDir), cfg.Name)
@@ -260,13 +289,35 @@ func (c *Cluster) Join() int {
 	cfg.InitialCluster += "," + cfg.Name + "=" + peer
 	cfg.InitialClusterState = "existing"
 	c.peers, c.clients, c.cfgs = append(c.peers, peer), append(c.clients, client), append(c.cfgs, cfg)
-	cfg.PeerListener, cfg.ClientListeners = peerLn, []net.Listener{clientLn}
+	c.Members = append(c.Members, nil)
+	c.lns = append(c.lns, listeners{peer: peerLn, client: clientLn})
+	return i
+}
+
+// Start starts member i, which Add or Prepare made, on the listeners
+// they bound.
+func (c *Cluster) Start(i int) {
+	c.t.Helper()
+	cfg := c.cfgs[i]
+	cfg.PeerListener, cfg.ClientListeners = c.lns[i].peer, []net.Listener{c.lns[i].client}
 	m, err := member.Start(cfg)
 	if err != nil {
-		c.t.Fatalf("start joining member: %v", err)
+		c.t.Fatalf("start joining member %d: %v", i, err)
 	}
-	c.Members = append(c.Members, m)
-	return i
+	c.Members[i] = m
+}
+
+// StartErr starts member i as Start does and returns the error it fails
+// with, closing its listeners; nil when it starts.
+func (c *Cluster) StartErr(i int) error {
+	c.t.Helper()
+	cfg := c.cfgs[i]
+	cfg.PeerListener, cfg.ClientListeners = c.lns[i].peer, []net.Listener{c.lns[i].client}
+	m, err := member.Start(cfg)
+	if err == nil {
+		c.Members[i] = m
+	}
+	return err
 }
 
 // Stop stops member i (gracefully: a leader hands over first).
@@ -277,6 +328,10 @@ func (c *Cluster) Stop(i int) {
 	}
 	c.Members[i] = nil
 }
+
+// SetConfig replaces member i's configuration, as Start and Restart
+// start it.
+func (c *Cluster) SetConfig(i int, cfg member.Config) { c.cfgs[i] = cfg }
 
 // Config is member i's configuration as Restart starts it, without
 // listeners: a test that starts the member itself binds its own.
