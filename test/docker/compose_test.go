@@ -111,7 +111,7 @@ func TestComposeCluster(t *testing.T) {
 	}
 	t.Cleanup(func() { exec.Command("docker", "rmi", "-f", image).Run() })
 
-	ports := freePorts(t, 3)
+	ports := freePorts(t, 4)
 	project := fmt.Sprintf("corenodetest%d", os.Getpid())
 	env := []string{"CORENODE_IMAGE=" + image}
 	var eps []string
@@ -119,15 +119,20 @@ func TestComposeCluster(t *testing.T) {
 		env = append(env, fmt.Sprintf("M%d_CLIENT_PORT=%d", i+1, p))
 		eps = append(eps, fmt.Sprintf("127.0.0.1:%d", p))
 	}
+	joiner := eps[3]
+	eps = eps[:3]
+	// Both files every time, as docker-compose.join.yml says: compose
+	// knows m4 only then (down included).
 	composeArgs := func(args ...string) []string {
-		return append(append(dc[1:], "-p", project, "-f", filepath.Join(root, "deploy", "docker-compose.yml")), args...)
+		return append(append(dc[1:], "-p", project, "-f", filepath.Join(root, "deploy", "docker-compose.yml"),
+			"-f", filepath.Join(root, "deploy", "docker-compose.join.yml")), args...)
 	}
 	dockerCompose := func(timeout time.Duration, args ...string) (string, error) {
 		return run(t, timeout, env, dc[0], composeArgs(args...)...)
 	}
 	// The 5-member variant is only rendered, not started: it is the same
 	// image and flags, and a second cluster would double the test's time.
-	for _, files := range [][]string{{"docker-compose.yml"}, {"docker-compose.yml", "docker-compose.5.yml"}} {
+	for _, files := range [][]string{{"docker-compose.yml"}, {"docker-compose.yml", "docker-compose.5.yml"}, {"docker-compose.yml", "docker-compose.join.yml"}} {
 		args := append([]string{}, dc[1:]...)
 		for _, f := range files {
 			args = append(args, "-f", filepath.Join(root, "deploy", f))
@@ -145,7 +150,7 @@ func TestComposeCluster(t *testing.T) {
 			t.Errorf("compose down: %v\n%s", err, out)
 		}
 	})
-	if out, err := dockerCompose(2*time.Minute, "up", "-d"); err != nil {
+	if out, err := dockerCompose(2*time.Minute, "up", "-d", "m1", "m2", "m3"); err != nil {
 		t.Fatalf("compose up: %v\n%s", err, out)
 	}
 	containers := map[string]string{} // client endpoint -> container
@@ -232,6 +237,37 @@ func TestComposeCluster(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	putEventually(eps, "/compose/after", "3")
+
+	// docker-compose.join.yml's recipe: add m4, start it, and every member
+	// answers etcdctl's --cluster commands from the host at what it
+	// advertises.
+	// The strict reconfiguration check refuses an add for 5 s after a
+	// member (the restarted one) reconnected, with "unhealthy cluster".
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		out, err = ctl(eps, "member", "add", "m4", "--peer-urls=http://m4:2380")
+		if err == nil {
+			break
+		}
+		if !strings.Contains(out, "unhealthy cluster") || time.Now().After(deadline) {
+			t.Fatalf("member add m4: %v\n%s", err, out)
+		}
+		time.Sleep(time.Second)
+	}
+	if out, err := dockerCompose(2*time.Minute, "up", "-d", "m4"); err != nil {
+		t.Fatalf("compose up m4: %v\n%s", err, out)
+	}
+	out, err = dockerCompose(time.Minute, "ps", "-q", "m4")
+	if err != nil || strings.TrimSpace(out) == "" {
+		t.Fatalf("compose ps m4: %v %s", err, out)
+	}
+	waitHealthy(t, map[string]string{joiner: strings.TrimSpace(out)}, 60*time.Second)
+	for _, cmd := range [][]string{{"endpoint", "status", "--cluster"}, {"endpoint", "hashkv", "--cluster"}} {
+		out, err := ctl(eps[:1], cmd...)
+		if err != nil || strings.Count(strings.TrimSpace(out), "\n") != 3 || !strings.Contains(out, "http://"+joiner) {
+			t.Fatalf("etcdctl %s after m4 joined: %v\n%s", strings.Join(cmd, " "), err, out)
+		}
+	}
+	putEventually([]string{joiner}, "/compose/m4", "4")
 }
 
 // waitHealthy waits for Docker's health check (`corenode health` inside the

@@ -329,6 +329,36 @@ func TestComposeFiles(t *testing.T) {
 		}
 	}
 
+	// Each member advertises the client URL the host reaches it at, so
+	// etcdctl's --cluster commands work from the host.
+	join := composeDefaultPorts(t, "docker-compose.join.yml")
+	advertise := regexp.MustCompile(`CORENODE_ADVERTISE_CLIENT_URLS:\s*(\S+)`)
+	for file, ports := range map[string]map[string]string{"docker-compose.yml": three, "docker-compose.5.yml": five, "docker-compose.join.yml": join} {
+		ms := advertise.FindAllStringSubmatch(readDeploy(t, file), -1)
+		if len(ms) != len(ports) {
+			t.Errorf("deploy/%s: %d advertised client URLs for %d published ports", file, len(ms), len(ports))
+		}
+		for _, m := range ms {
+			ok := false
+			for name, p := range ports {
+				ok = ok || m[1] == fmt.Sprintf("http://127.0.0.1:${M%s_CLIENT_PORT:-%s}", name[1:], p)
+			}
+			if !ok {
+				t.Errorf("deploy/%s: advertised client URL %s is not a published host port", file, m[1])
+			}
+		}
+	}
+	for _, m := range []string{"m4", "m5"} {
+		if join[m] != five[m] {
+			t.Errorf("docker-compose.join.yml publishes %s on %s, docker-compose.5.yml on %s", m, join[m], five[m])
+		}
+		text := readDeploy(t, "docker-compose.join.yml")
+		want := fmt.Sprintf("CORENODE_INITIAL_CLUSTER: m1=http://m1:2380,m2=http://m2:2380,m3=http://m3:2380,%s=http://%s:2380", m, m)
+		if !strings.Contains(text, want) {
+			t.Errorf("docker-compose.join.yml: %s does not join with %s", m, want)
+		}
+	}
+
 	cluster := regexp.MustCompile(`CORENODE_INITIAL_CLUSTER:\s*(\S+)`)
 	for file, want := range map[string]int{"docker-compose.yml": 3, "docker-compose.5.yml": 5} {
 		text := readDeploy(t, file)

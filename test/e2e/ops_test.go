@@ -37,7 +37,9 @@ func testMemberAddRemove(t *testing.T, c *cluster) {
 	if id == nil || initial == nil || state == nil || state[1] != "existing" {
 		t.Fatalf("etcdctl member add printed:\n%s", out)
 	}
-	m.extra = []string{"--initial-cluster", initial[1], "--initial-cluster-state", state[1]}
+	// The recipe's flags, and a token of its own: the new member learns
+	// the ID the cluster gave it by its peer URL, whatever token it has.
+	m.extra = []string{"--initial-cluster", initial[1], "--initial-cluster-state", state[1], "--initial-cluster-token", "not-the-clusters"}
 	if err := c.start(m); err != nil {
 		t.Fatal(err)
 	}
