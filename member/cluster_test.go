@@ -743,3 +743,30 @@ func TestAFollowersWritesAreReadThereAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestDowngradeAndStatusVersions: Downgrade answers etcd's errors for a
+// cluster that cannot go down to any version, and Status names the
+// storage version and the quota.
+func TestDowngradeAndStatusVersions(t *testing.T) {
+	c := membertest.New(t, 1, membertest.WithConfig(func(i int, cfg *member.Config) { cfg.QuotaBackendBytes = 1 << 30 }))
+	ctx := ctxT(t)
+	cli := c.Client()
+	for _, tc := range []struct {
+		action  clientv3.DowngradeAction
+		version string
+		want    error
+	}{
+		{clientv3.DowngradeValidate, "3.5", rpctypes.ErrInvalidDowngradeTargetVersion},
+		{clientv3.DowngradeEnable, "3.5.0", rpctypes.ErrInvalidDowngradeTargetVersion},
+		{clientv3.DowngradeValidate, "three", rpctypes.ErrWrongDowngradeVersionFormat},
+		{clientv3.DowngradeCancel, "", rpctypes.ErrNoInflightDowngrade},
+	} {
+		if _, err := cli.Downgrade(ctx, tc.action, tc.version); !errors.Is(rpctypes.Error(err), tc.want) {
+			t.Errorf("downgrade %v %q: %v, want %v", tc.action, tc.version, err, tc.want)
+		}
+	}
+	s, err := cli.Status(ctx, c.Endpoint(0))
+	if err != nil || s.StorageVersion != "3.6.0" || s.DbSizeQuota != 1<<30 {
+		t.Fatalf("status: %+v, %v", s, err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"regexp"
 	"slices"
 
 	"github.com/hashicorp/raft"
@@ -118,6 +119,7 @@ func (m *maintenanceService) Status(ctx context.Context, r *pb.StatusRequest) (*
 		DbSize:           n.DiskSize(),
 		DbSizeInUse:      n.DiskSize(),
 		DbSizeQuota:      max(m.s.limits.QuotaBackendBytes, 0),
+		StorageVersion:   APIVersion,
 		IsLearner:        n.IsLearner(),
 	}
 	if leader == 0 {
@@ -235,9 +237,27 @@ func (m *maintenanceService) MoveLeader(ctx context.Context, r *pb.MoveLeaderReq
 	return &pb.MoveLeaderResponse{Header: m.s.header(nil)}, nil
 }
 
+// Downgrade answers as etcd answers for a version it cannot go down to:
+// corenode keeps one storage format and no older corenode reads a newer
+// one's log (see docs/operations.md, "Upgrades"), so no target is valid
+// and no downgrade is ever in flight. A malformed target gets etcd's
+// format error first, as etcd checks the format first.
 func (m *maintenanceService) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "corenode: Downgrade is not supported")
+	switch r.Action {
+	case pb.DowngradeRequest_VALIDATE, pb.DowngradeRequest_ENABLE:
+		if !downgradeTarget.MatchString(r.Version) {
+			return nil, rpctypes.ErrGRPCWrongDowngradeVersionFormat
+		}
+		return nil, rpctypes.ErrGRPCInvalidDowngradeTargetVersion
+	case pb.DowngradeRequest_CANCEL:
+		return nil, rpctypes.ErrGRPCNoInflightDowngrade
+	}
+	return nil, status.Error(codes.InvalidArgument, "etcdserver: unknown method")
 }
+
+// downgradeTarget is the form etcd takes a downgrade target in: a cluster
+// version, MAJOR.MINOR, with an optional .PATCH.
+var downgradeTarget = regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+)?$`)
 
 func relaySnapshot(ctx context.Context, conn *grpc.ClientConn, r *pb.SnapshotRequest, srv pb.Maintenance_SnapshotServer) error {
 	stream, err := pb.NewMaintenanceClient(conn).Snapshot(ctx, r)
