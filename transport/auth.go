@@ -72,6 +72,7 @@ const (
 
 var methodRules = map[string]rule{
 	"/etcdserverpb.KV/Range":       ruleRead,
+	"/etcdserverpb.KV/RangeStream": ruleRead,
 	"/etcdserverpb.KV/Put":         ruleOpen, // checked where it applies
 	"/etcdserverpb.KV/DeleteRange": ruleOpen, // checked where it applies
 	"/etcdserverpb.KV/Txn":         ruleRead, // a writing Txn is checked where it applies

@@ -84,7 +84,7 @@ func NewServer(n *node.Node, peers *PeerMux, limits Limits, electionTimeout time
 // Register adds the client-facing services to g. Members also serve them on
 // the peer port, where forwarded requests arrive.
 func (s *Server) Register(g *grpc.Server) {
-	pb.RegisterKVServer(g, &kvService{s})
+	g.RegisterService(&kvServiceDesc, &kvService{s})
 	pb.RegisterWatchServer(g, &watchService{s})
 	pb.RegisterClusterServer(g, &clusterService{s})
 	pb.RegisterMaintenanceServer(g, &maintenanceService{s})
