@@ -25,6 +25,10 @@ import (
 // gate features on it.
 const APIVersion = "3.6.0"
 
+// clusterVersion is APIVersion as etcd names a cluster's version:
+// MAJOR.MINOR.
+const clusterVersion = "3.6"
+
 type maintenanceService struct{ s *Server }
 
 // Alarm lists the raised alarms (GET, answered once this member has applied
@@ -241,7 +245,8 @@ func (m *maintenanceService) MoveLeader(ctx context.Context, r *pb.MoveLeaderReq
 // corenode keeps one storage format and no older corenode reads a newer
 // one's log (see docs/operations.md, "Upgrades"), so no target is valid
 // and no downgrade is ever in flight. A malformed target gets etcd's
-// format error first, as etcd checks the format first.
+// format error first, as etcd checks the format first; a cancel with
+// nothing to cancel succeeds with the cluster version, as etcd 3.6's does.
 func (m *maintenanceService) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
 	switch r.Action {
 	case pb.DowngradeRequest_VALIDATE, pb.DowngradeRequest_ENABLE:
@@ -250,7 +255,7 @@ func (m *maintenanceService) Downgrade(ctx context.Context, r *pb.DowngradeReque
 		}
 		return nil, rpctypes.ErrGRPCInvalidDowngradeTargetVersion
 	case pb.DowngradeRequest_CANCEL:
-		return nil, rpctypes.ErrGRPCNoInflightDowngrade
+		return &pb.DowngradeResponse{Header: m.s.header(nil), Version: clusterVersion}, nil
 	}
 	return nil, status.Error(codes.InvalidArgument, "etcdserver: unknown method")
 }

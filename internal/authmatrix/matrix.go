@@ -271,6 +271,14 @@ func cases(la, lb clientv3.LeaseID) []testCase {
 			_, err := cli.MemberRemove(ctx, 1)
 			return err
 		}},
+		{"MemberAddAsLearner (never started)", func(ctx context.Context, cli *clientv3.Client, _ string) error {
+			_, err := cli.MemberAddAsLearner(ctx, []string{"http://127.0.0.1:1"})
+			return err
+		}},
+		{"MemberPromote (no such member)", func(ctx context.Context, cli *clientv3.Client, _ string) error {
+			_, err := cli.MemberPromote(ctx, 1)
+			return err
+		}},
 		{"Status", maint(func(ctx context.Context, cli *clientv3.Client, ep string) error {
 			_, err := cli.Status(ctx, ep)
 			return err
@@ -302,6 +310,10 @@ func cases(la, lb clientv3.LeaseID) []testCase {
 		})},
 		{"MoveLeader (no such member)", func(ctx context.Context, cli *clientv3.Client, _ string) error {
 			_, err := cli.MoveLeader(ctx, 1)
+			return err
+		}},
+		{"Downgrade cancel (none in flight)", func(ctx context.Context, cli *clientv3.Client, _ string) error {
+			_, err := cli.Downgrade(ctx, clientv3.DowngradeCancel, "")
 			return err
 		}},
 		{"AuthStatus", func(ctx context.Context, cli *clientv3.Client, _ string) error {
