@@ -3,6 +3,7 @@ package member_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -270,5 +271,33 @@ func TestStrictReconfigCheck(t *testing.T) {
 	lax := membertest.New(t, 1)
 	if _, err := lax.Client().MemberRemove(ctx, lax.Members[0].ID()); !errors.Is(rpctypes.Error(err), rpctypes.ErrMemberNotEnoughStarted) {
 		t.Fatalf("removing the last member without the check: %v, want %v", err, rpctypes.ErrMemberNotEnoughStarted)
+	}
+}
+
+// TestJoinAfterSnapshot joins a member after the leader truncated its log
+// to a snapshot: the new member catches up from the snapshot (raft's
+// InstallSnapshot, which the promoter does not see) and still becomes a
+// voter.
+func TestJoinAfterSnapshot(t *testing.T) {
+	c := membertest.New(t, 3, membertest.WithConfig(func(i int, cfg *member.Config) { cfg.SnapshotCount = 20 }))
+	ctx := ctxT(t)
+	leader := c.WaitLeader()
+	for i := range 100 {
+		if _, err := c.Client(leader).Put(ctx, fmt.Sprintf("k%03d", i), "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Members[leader].Node().Raft().Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	j := c.Join()
+	id := c.Members[j].ID()
+	membertest.Eventually(t, 15*time.Second, func() bool {
+		s, ok := suffrage(t, c, c.WaitLeader(), id)
+		return ok && s == raft.Voter
+	}, "a member that caught up from a snapshot never became a voter")
+	r, err := c.Client(j).Get(ctx, "k", clientv3.WithPrefix(), clientv3.WithSerializable(), clientv3.WithCountOnly())
+	if err != nil || r.Count != 100 {
+		t.Fatalf("the joined member holds %v keys (%v)", r, err)
 	}
 }
