@@ -47,6 +47,8 @@ func main() {
 			os.Exit(snapshot(os.Args[2:]))
 		case "lock", "elect":
 			os.Exit(hold(os.Args[1], os.Args[2:]))
+		case watchdogArg:
+			os.Exit(runWatchdog(os.Args[2:]))
 		case "version", "--version":
 			fmt.Println("corenode", version)
 			return
