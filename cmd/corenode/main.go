@@ -7,6 +7,7 @@
 //	corenode snapshot restore F   seed a new cluster member from `etcdctl snapshot save` output
 //	corenode lock NAME -- CMD     run CMD only while holding the lock NAME
 //	corenode elect NAME V -- CMD  run CMD only while leading the election NAME with value V
+//	corenode register SVC ADDR    keep ADDR registered for SVC while its health check passes
 package main
 
 import (
@@ -47,6 +48,8 @@ func main() {
 			os.Exit(snapshot(os.Args[2:]))
 		case "lock", "elect":
 			os.Exit(hold(os.Args[1], os.Args[2:]))
+		case "register":
+			os.Exit(register(os.Args[2:]))
 		case watchdogArg:
 			os.Exit(runWatchdog(os.Args[2:]))
 		case "version", "--version":
@@ -130,7 +133,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: corenode [flags]\n       corenode health [--endpoint URL] [--cacert F --cert F --key F]\n"+
 			"       corenode snapshot restore FILE --name N --data-dir D --initial-cluster C --initial-advertise-peer-urls U\n"+
-			"       "+holdSynopsis("lock")+"\n       "+holdSynopsis("elect")+"\n"+
+			"       "+holdSynopsis("lock")+"\n       "+holdSynopsis("elect")+"\n       "+registerSynopsis+"\n"+
 			"       corenode version\n\n"+
 			"Every flag can also be set by an environment variable CORENODE_<FLAG>, e.g. CORENODE_DATA_DIR;\n"+
 			"a flag given on the command line wins.\n\nFlags:\n")
