@@ -85,6 +85,7 @@ type options struct {
 	authToken                                  string
 	authTokens                                 auth.TokenKind
 	authTokenTTL, bcryptCost                   int
+	dns                                        member.DNSConfig
 }
 
 func newFlagSet(o *options) *flag.FlagSet {
@@ -129,6 +130,9 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.peerTLS.KeyFile, "peer-key-file", "", "path to the peer TLS key file")
 	fs.StringVar(&o.peerTLS.TrustedCAFile, "peer-trusted-ca-file", "", "path to the CA bundle that signs the other members' certificates")
 	fs.BoolVar(&o.peerTLS.ClientCertAuth, "peer-client-cert-auth", false, "refuse peers without a certificate signed by --peer-trusted-ca-file")
+	fs.StringVar(&o.dns.Addr, "dns-addr", "", "HOST:PORT to answer DNS on (UDP and TCP): SRV and A/AAAA records of the services registered with corenode register or client/discovery, as SERVICE.service.<dns-domain> (default: no DNS)")
+	fs.StringVar(&o.dns.Domain, "dns-domain", "corenode.", "the DNS zone --dns-addr answers")
+	fs.DurationVar(&o.dns.TTL, "dns-ttl", 0, "TTL of the DNS records (0: resolvers do not cache, so a removed endpoint is gone from the next answer)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: corenode [flags]\n       corenode health [--endpoint URL] [--cacert F --cert F --key F]\n"+
@@ -264,6 +268,7 @@ func run(args []string) error {
 		ReadLeaseMaxHoldersPerKey: o.readLeaseMaxHolders,
 		ClientTLS:                 o.clientTLS,
 		PeerTLS:                   o.peerTLS,
+		DNS:                       o.dns,
 	})
 	if err != nil {
 		return err
