@@ -216,85 +216,95 @@ func TestLockPauses(t *testing.T) {
 	bin := buildCorenode(t)
 	c := membertest.New(t, 1)
 	eps := strings.Join(c.Endpoints(), ",")
-	type parts struct{ supervisor, watchdog, cmd bool }
 	for i, tc := range []struct {
 		name   string
-		stop   parts
+		stop   holderParts
 		revoke bool // the supervisor still renews: end the leadership from outside
 	}{
-		{"supervisor", parts{supervisor: true}, false},
-		{"CMD", parts{cmd: true}, true},
-		{"supervisor and CMD", parts{supervisor: true, cmd: true}, false},
-		{"watchdog", parts{watchdog: true}, true},
-		{"whole holder", parts{supervisor: true, watchdog: true, cmd: true}, false},
+		{"supervisor", holderParts{supervisor: true}, false},
+		{"CMD", holderParts{cmd: true}, true},
+		{"supervisor and CMD", holderParts{supervisor: true, cmd: true}, false},
+		{"watchdog", holderParts{watchdog: true}, true},
+		{"whole holder", holderParts{supervisor: true, watchdog: true, cmd: true}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			lock := fmt.Sprintf("/cli-pause-%d", i)
-			args := []string{"lock", "--endpoints", eps, "--ttl", "1", lock, "--", os.Args[0]}
-			a := startHold(t, bin, actorEnv+"=1", args...)
-			a.next(t, "pid", 15*time.Second)
-			for range 20 {
-				a.next(t, "act", 5*time.Second)
-			}
-			b := startHold(t, bin, actorEnv+"=1", args...)
-			var stopped []int
-			for _, p := range []struct {
-				on  bool
-				pid int
-			}{{tc.stop.supervisor, a.cmd.Process.Pid}, {tc.stop.watchdog, a.dogPid}, {tc.stop.cmd, a.cmdPid}} {
-				if p.on {
-					if err := syscall.Kill(p.pid, syscall.SIGSTOP); err != nil {
-						t.Fatal(err)
-					}
-					stopped = append(stopped, p.pid)
-				}
-			}
-			t.Cleanup(func() {
-				for _, pid := range stopped {
-					_ = syscall.Kill(pid, syscall.SIGCONT)
-				}
-			})
-			if tc.revoke {
-				revokeHolder(t, c.Client(), lock+"/")
-			}
-			b.next(t, "pid", 15*time.Second)
-			b.next(t, "act", 5*time.Second)
-			if b.token <= a.token {
-				t.Errorf("successor's token %d is not above the paused holder's %d", b.token, a.token)
-			}
-			if !tc.stop.supervisor || !tc.stop.watchdog {
-				// A part that can stop CMD was running: CMD is dead (or
-				// a zombie its stopped parent has yet to reap) already.
-				waitGone(t, a.cmdPid, 5*time.Second)
-			}
-			// Continue as a machine would wake, the watchdog before CMD.
-			for _, pid := range []int{a.dogPid, a.cmd.Process.Pid} {
-				_ = syscall.Kill(pid, syscall.SIGCONT)
-			}
-			if code := a.wait(t, 10*time.Second); code != exitHoldLost {
-				t.Errorf("paused corenode lock exited %d, want %d (leadership lost)", code, exitHoldLost)
-			}
-			_ = syscall.Kill(a.cmdPid, syscall.SIGCONT)
-			waitGone(t, a.cmdPid, 5*time.Second)
-			a.drain(t)
-			lastA, firstB := a.acts[len(a.acts)-1], b.acts[0]
-			if lastA >= firstB {
-				t.Fatalf("the paused holder's CMD acted %v after its successor's first action", time.Duration(lastA-firstB))
-			}
-			t.Logf("paused holder's CMD: %d actions, the last %v before the successor's first", len(a.acts), time.Duration(firstB-lastA))
-
-			// SIGTERM to corenode reaches CMD; corenode exits with CMD's
-			// status and releases the lock at once.
-			if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
-			if code := b.wait(t, 10*time.Second); code != 128+int(syscall.SIGTERM) {
-				t.Errorf("corenode lock after SIGTERM exited %d, want %d (CMD killed by SIGTERM)", code, 128+int(syscall.SIGTERM))
-			}
-			expectNoKeys(t, c.Client(), lock+"/")
+			testPause(t, bin, c.Client(), lock, tc.stop, tc.revoke, "--endpoints", eps)
 		})
 	}
+}
+
+// holderParts are the processes of a `corenode lock` holder.
+type holderParts struct{ supervisor, watchdog, cmd bool }
+
+// testPause runs a holder and its successor on lock with conn's flags,
+// stops the parts of the holder in stop with SIGSTOP (and revokes its
+// lease if revoke), and checks that the holder's CMD never acts after the
+// successor's first action.
+func testPause(t *testing.T, bin string, cli *clientv3.Client, lock string, stop holderParts, revoke bool, conn ...string) {
+	args := append(append([]string{"lock"}, conn...), "--ttl", "1", lock, "--", os.Args[0])
+	a := startHold(t, bin, actorEnv+"=1", args...)
+	a.next(t, "pid", 15*time.Second)
+	for range 20 {
+		a.next(t, "act", 5*time.Second)
+	}
+	b := startHold(t, bin, actorEnv+"=1", args...)
+	var stopped []int
+	for _, p := range []struct {
+		on  bool
+		pid int
+	}{{stop.supervisor, a.cmd.Process.Pid}, {stop.watchdog, a.dogPid}, {stop.cmd, a.cmdPid}} {
+		if p.on {
+			if err := syscall.Kill(p.pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			stopped = append(stopped, p.pid)
+		}
+	}
+	t.Cleanup(func() {
+		for _, pid := range stopped {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	if revoke {
+		revokeHolder(t, cli, lock+"/")
+	}
+	b.next(t, "pid", 15*time.Second)
+	b.next(t, "act", 5*time.Second)
+	if b.token <= a.token {
+		t.Errorf("successor's token %d is not above the paused holder's %d", b.token, a.token)
+	}
+	if !stop.supervisor || !stop.watchdog {
+		// A part that can stop CMD was running: CMD is dead (or a zombie
+		// its stopped parent has yet to reap) already.
+		waitGone(t, a.cmdPid, 5*time.Second)
+	}
+	// Continue as a machine would wake, the watchdog before CMD.
+	for _, pid := range []int{a.dogPid, a.cmd.Process.Pid} {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
+	}
+	if code := a.wait(t, 10*time.Second); code != exitHoldLost {
+		t.Errorf("paused corenode lock exited %d, want %d (leadership lost)", code, exitHoldLost)
+	}
+	_ = syscall.Kill(a.cmdPid, syscall.SIGCONT)
+	waitGone(t, a.cmdPid, 5*time.Second)
+	a.drain(t)
+	lastA, firstB := a.acts[len(a.acts)-1], b.acts[0]
+	if lastA >= firstB {
+		t.Fatalf("the paused holder's CMD acted %v after its successor's first action", time.Duration(lastA-firstB))
+	}
+	t.Logf("paused holder's CMD: %d actions, the last %v before the successor's first", len(a.acts), time.Duration(firstB-lastA))
+
+	// SIGTERM to corenode reaches CMD; corenode exits with CMD's status and
+	// releases the lock at once.
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := b.wait(t, 10*time.Second); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("corenode lock after SIGTERM exited %d, want %d (CMD killed by SIGTERM)", code, 128+int(syscall.SIGTERM))
+	}
+	expectNoKeys(t, cli, lock+"/")
 }
 
 // revokeHolder revokes the lease of the oldest key under prefix: the
@@ -506,7 +516,12 @@ func TestLockConnectsAsEtcdctl(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "token=") {
 		t.Fatalf("elect with ETCDCTL_*: exit %d, stdout %q, stderr %q; want 0 and CMD's token", code, out, errOut)
 	}
-	expectNoKeys(t, loginClient(t, c, ca, "root", "rootpw"), "/tls-lock/")
+	rootCli := loginClient(t, c, ca, "root", "rootpw")
+	expectNoKeys(t, rootCli, "/tls-lock/")
+
+	// The issue's case: the supervisor alone stopped, on TLS with auth.
+	testPause(t, bin, rootCli, "/tls-lock", holderParts{supervisor: true}, false,
+		"--endpoints", eps, "--cacert", ca.File, "--user", "alice:alicepw")
 
 	ports, err := freeport.Ports("127.0.0.1", 1)
 	if err != nil {
