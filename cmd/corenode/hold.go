@@ -213,17 +213,26 @@ func (r *renewRelay) renewed(deadline time.Time) {
 }
 
 // start starts the watchdog with the latest deadline heard, or first if
-// none was.
+// none was, and hands it any renewal heard while it started. Renewals do
+// not wait for the start (the keeper's renewals must not stall on an exec).
 func (r *renewRelay) start(first time.Time, start func(time.Time) (*watchdog, error)) (*watchdog, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	d := first
 	if r.last.After(d) {
 		d = r.last
 	}
+	r.mu.Unlock()
 	wd, err := start(d)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.wd = wd
-	return wd, err
+	if r.last.After(d) {
+		wd.extend(r.last)
+	}
+	return wd, nil
 }
 
 // stopGracefully decides how to stop CMD once leadership has ended.

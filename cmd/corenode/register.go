@@ -271,22 +271,17 @@ func (r *registrar) run(sigs <-chan os.Signal) int {
 			exited <- waitStatus(cmd.ProcessState.Sys().(syscall.WaitStatus))
 		}()
 	}
-	var tick <-chan time.Time
-	if r.check == nil {
-		r.setRegistered(true, "")
-	} else {
-		t := time.NewTicker(r.o.interval)
-		defer t.Stop()
-		tick = t.C
-		r.runCheck()
-	}
+	// Without a check, the tick only retries a registration that failed.
+	tick := time.NewTicker(r.o.interval)
+	defer tick.Stop()
+	r.runCheck()
 	for {
 		var done <-chan struct{}
 		if r.reg != nil {
 			done = r.reg.Done()
 		}
 		select {
-		case <-tick:
+		case <-tick.C:
 			r.runCheck()
 		case <-done:
 			err := r.reg.Deregister(context.Background())
@@ -320,8 +315,13 @@ func (r *registrar) run(sigs <-chan os.Signal) int {
 	}
 }
 
-// runCheck runs the check once and registers or deregisters by its result.
+// runCheck runs the check once and registers or deregisters by its result;
+// without a check it registers.
 func (r *registrar) runCheck() {
+	if r.check == nil {
+		r.setRegistered(true, "")
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.o.timeout)
 	start := time.Now()
 	err := r.check(ctx)
@@ -340,8 +340,7 @@ func (r *registrar) runCheck() {
 }
 
 // setRegistered stores or removes the endpoint; a failure to store is
-// logged and tried again at the next check (or never, without one: then
-// the process exits).
+// logged and tried again at the next check (every interval without one).
 func (r *registrar) setRegistered(on bool, reason string) {
 	switch {
 	case on && r.reg == nil:

@@ -59,6 +59,7 @@ type Config struct {
 
 // Server is a running DNS server.
 type Server struct {
+	records recordCache
 	cfg     Config
 	state   State
 	domain  string // canonical, with the trailing dot
@@ -88,15 +89,9 @@ func Start(cfg Config, state State) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, state: state, domain: dns.CanonicalName(cfg.Domain), ttl: uint32(cfg.TTL / time.Second),
 		metrics: newMetrics(cfg.Metrics), log: cfg.Logger}
-	pc, err := net.ListenPacket("udp", cfg.Addr)
+	pc, ln, err := listen(cfg.Addr)
 	if err != nil {
-		return nil, fmt.Errorf("nameserver: listen on %s/udp: %w", cfg.Addr, err)
-	}
-	// TCP on the port UDP got, so that port 0 gives one address for both.
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		pc.Close()
-		return nil, fmt.Errorf("nameserver: listen on %s/tcp: %w", pc.LocalAddr(), err)
+		return nil, err
 	}
 	s.addr = pc.LocalAddr().String()
 	s.udp = &dns.Server{PacketConn: pc, Handler: s}
@@ -119,6 +114,30 @@ func Start(cfg Config, state State) (*Server, error) {
 	}
 	s.log.Info("serving DNS", "addr", s.addr, "domain", s.domain, "ttl", cfg.TTL)
 	return s, nil
+}
+
+// listen binds addr over UDP and TCP. With port 0, TCP takes the port the
+// kernel gave UDP, so that one address serves both; when another program
+// holds that port over TCP, it tries again with another.
+func listen(addr string) (net.PacketConn, net.Listener, error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("nameserver: %w", err)
+	}
+	for attempt := 1; ; attempt++ {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return nil, nil, fmt.Errorf("nameserver: listen on %s/udp: %w", addr, err)
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln, nil
+		}
+		pc.Close()
+		if port != "0" || attempt == 10 {
+			return nil, nil, fmt.Errorf("nameserver: listen on %s/tcp: %w", pc.LocalAddr(), err)
+		}
+	}
 }
 
 // Addr is the address served, over UDP and TCP.
@@ -223,7 +242,7 @@ func (s *Server) answerService(m *dns.Msg, q dns.Question, service string) {
 	}
 	var eps []endpoint
 	for _, v := range values {
-		if ep, ok := decode(v); ok {
+		if ep, ok := s.records.decode(v); ok {
 			eps = append(eps, ep)
 		}
 	}
@@ -337,6 +356,39 @@ func decode(value []byte) (endpoint, bool) {
 		}
 	}
 	return ep, true
+}
+
+// recordCache remembers decoded endpoint records by their bytes: a record
+// is decoded once, not once per query (decoding JSON was a quarter of a
+// query's cost). Records change only when re-registered, so the cache is
+// simply emptied when it grows past maxCachedRecords.
+type recordCache struct {
+	mu sync.RWMutex
+	m  map[string]cachedRecord
+}
+
+type cachedRecord struct {
+	ep endpoint
+	ok bool
+}
+
+const maxCachedRecords = 1 << 16
+
+func (c *recordCache) decode(value []byte) (endpoint, bool) {
+	c.mu.RLock()
+	r, hit := c.m[string(value)]
+	c.mu.RUnlock()
+	if hit {
+		return r.ep, r.ok
+	}
+	ep, ok := decode(value)
+	c.mu.Lock()
+	if c.m == nil || len(c.m) >= maxCachedRecords {
+		c.m = make(map[string]cachedRecord)
+	}
+	c.m[string(value)] = cachedRecord{ep, ok}
+	c.mu.Unlock()
+	return ep, ok
 }
 
 func qtypeLabel(t uint16) string {
