@@ -51,6 +51,15 @@ func hold(kind string, args []string) int {
 	if code >= 0 {
 		return code
 	}
+	ttl := time.Duration(o.ttl) * time.Second
+	margin := election.DefaultDriftMargin(ttl)
+	if o.grace < 0 {
+		o.grace = margin
+	}
+	if margin+o.grace >= ttl {
+		fmt.Fprintf(os.Stderr, "corenode %s: --grace %v plus the drift margin %v must be shorter than --ttl %v\n", kind, o.grace, margin, ttl)
+		return exitHoldUsage
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	cli, err := o.conn.client()
 	if err != nil {
@@ -77,19 +86,10 @@ func hold(kind string, args []string) int {
 		}
 	}()
 
-	ttl := time.Duration(o.ttl) * time.Second
-	margin := election.DefaultDriftMargin(ttl)
-	if o.grace < 0 {
-		o.grace = margin
-	}
-	if margin+o.grace >= ttl {
-		fmt.Fprintf(os.Stderr, "corenode %s: --grace %v plus the drift margin %v must be shorter than --ttl %v\n", kind, o.grace, margin, ttl)
-		return exitHoldUsage
-	}
-	// Leadership ends grace before the drift-margin deadline, so that the
-	// SIGKILL at the end of the grace still lands before the cluster could
-	// expire the lease.
-	// Read before the lease is granted: see bootClock.
+	// The watchdog's clock is read before the lease is granted (see
+	// bootClock). Leadership ends grace before the drift-margin deadline,
+	// so that the SIGKILL at the end of the grace still lands before the
+	// cluster could expire the lease.
 	relay := &renewRelay{clock: newBootClock()}
 	opts := []election.Option{election.WithTTL(ttl), election.WithDriftMargin(margin + o.grace), election.WithLogger(log),
 		election.WithOnRenew(relay.renewed)}
