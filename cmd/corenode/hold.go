@@ -181,6 +181,16 @@ func supervise(kind string, l *election.Leadership, relay *renewRelay, command [
 				fmt.Fprintf(os.Stderr, "corenode %s: %v\n", kind, res.err)
 				return exitHoldError
 			}
+			// CMD's exit can be the first news of a lost leadership: the
+			// watchdog stopped it while this process was paused.
+			if _, leading := l.Leading(); !leading || res.stopped {
+				cause := context.Cause(l.Context())
+				if cause == nil {
+					cause = election.ErrExpired // the watchdog's clock ran out a moment before ours
+				}
+				fmt.Fprintf(os.Stderr, "corenode %s: leadership lost (%v); CMD stopped by the watchdog\n", kind, cause)
+				return exitHoldLost
+			}
 			return waitStatus(res.status)
 		case sig := <-sigs:
 			wd.signal(sig.(syscall.Signal))

@@ -45,7 +45,7 @@ import (
 //	(end of input)   the supervisor is gone: SIGKILL now
 //
 //	P <pid>          CMD started (answer)
-//	X <wait status>  CMD exited; the watchdog exits next (answer)
+//	X <wait status> <stopped>  CMD exited, stopped by the watchdog (1) or not (0); the watchdog exits next (answer)
 //	E <message>      CMD could not be started (answer)
 const watchdogArg = "__watchdog"
 
@@ -94,7 +94,9 @@ type watchdog struct {
 
 type watchdogResult struct {
 	status syscall.WaitStatus
-	err    error // the watchdog failed; status is meaningless
+	// stopped: the watchdog signalled CMD, at a deadline or when told to.
+	stopped bool
+	err     error // the watchdog failed; status is meaningless
 }
 
 // startWatchdog starts the watchdog, which starts command with env, to be
@@ -169,12 +171,13 @@ func (w *watchdog) read(r io.ReadCloser, started chan<- error) {
 		case "E":
 			res.err = errors.New(arg)
 		case "X":
-			n, err := strconv.ParseUint(arg, 10, 32)
+			ws, stopped, _ := strings.Cut(arg, " ")
+			n, err := strconv.ParseUint(ws, 10, 32)
 			if err != nil {
 				res.err = fmt.Errorf("watchdog: bad exit report %q", arg)
 				break
 			}
-			res = watchdogResult{status: syscall.WaitStatus(n)}
+			res = watchdogResult{status: syscall.WaitStatus(n), stopped: stopped == "1"}
 		}
 	}
 	werr := w.cmd.Wait()
@@ -311,7 +314,11 @@ func runWatchdog(args []string) int {
 				// CMD is gone; what it started in its group may not be.
 				_ = syscall.Kill(d.group, syscall.SIGKILL)
 			}
-			answer("X %d", uint32(ws))
+			stopped := 0
+			if d.termSent || d.killed {
+				stopped = 1
+			}
+			answer("X %d %d", uint32(ws), stopped)
 			return 0
 		}
 	}
