@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -17,6 +20,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/corenode/corenode/client/discovery"
+	"github.com/corenode/corenode/internal/freeport"
 	"github.com/corenode/corenode/member/membertest"
 )
 
@@ -77,8 +81,14 @@ func TestRegisterFollowsCheck(t *testing.T) {
 	addr := srv.Listener.Addr().String()
 	events := keyEvents(t, c.Client(), discovery.Key("web", addr))
 	const interval = 300 * time.Millisecond
+	ports, err := freeport.Ports("127.0.0.1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := fmt.Sprintf("127.0.0.1:%d", ports[0])
 	h := startHold(t, bin, "X=1", "register", "--endpoints", strings.Join(c.Endpoints(), ","), "--ttl", "2",
-		"--check-http", srv.URL+"/health", "--check-interval", interval.String(), "--metadata", `{"zone":"a"}`, "web", addr)
+		"--check-http", srv.URL+"/health", "--check-interval", interval.String(), "--metadata", `{"zone":"a"}`,
+		"--metrics-addr", metricsAddr, "web", addr)
 	expectKey(t, events, true, 15*time.Second, "check passing")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -103,6 +113,32 @@ func TestRegisterFollowsCheck(t *testing.T) {
 	}
 	healthy.Store(true)
 	expectKey(t, events, true, 5*time.Second, "check passing again")
+
+	// The gauge is set just after the put the watch saw: read until it is.
+	a := `addr="` + addr + `",`
+	wants := []string{
+		`corenode_register_checks_total{` + a + `result="fail",service="web"} `, // 1 or 2: a check may fail again before the flip back
+		`corenode_register_registrations_total{` + a + `service="web"} 2`,
+		`corenode_register_deregistrations_total{` + a + `reason="check",service="web"} 1`,
+		`corenode_register_registered{` + a + `service="web"} 1`,
+	}
+	var body []byte
+	for try := 0; ; try++ {
+		resp, err := http.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		missing := slices.DeleteFunc(slices.Clone(wants), func(w string) bool { return strings.Contains(string(body), w) })
+		if len(missing) == 0 {
+			break
+		}
+		if try == 50 {
+			t.Fatalf("metrics lack %q:\n%s", missing, body)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 
 	killed := time.Now()
 	if err := h.cmd.Process.Kill(); err != nil {
