@@ -37,6 +37,7 @@ import (
 	"github.com/corenode/corenode/node"
 	"github.com/corenode/corenode/readlease"
 	"github.com/corenode/corenode/transport"
+	"github.com/corenode/corenode/transport/nameserver"
 )
 
 // Config is one member's configuration; the corenode command fills it from
@@ -133,6 +134,9 @@ type Config struct {
 	ReadLeaseDuration         time.Duration
 	ReadLeaseMaxKeys          int
 	ReadLeaseMaxHoldersPerKey int
+
+	// DNS answers service lookups over DNS when DNS.Addr is set (dns.go).
+	DNS DNSConfig
 }
 
 // Read-lease defaults. A longer lease serves more reads from memory and
@@ -185,6 +189,7 @@ type Member struct {
 	// pipe carries the JSON gateway's calls into grpc over gwConn.
 	pipe   *transport.PipeListener
 	gwConn *grpc.ClientConn
+	dns    *nameserver.Server // nil without DNS.Addr
 	cancel context.CancelFunc
 	// ready is closed once the member has published itself to the cluster
 	// and caught up with it (etcd's ReadyNotify).
@@ -496,6 +501,10 @@ func Start(cfg Config) (*Member, error) {
 		close(m.ready)
 	}()
 	ok = true
+	if err := m.startDNS(ctx); err != nil {
+		m.Close()
+		return nil, err
+	}
 	logger.Info("serving", "client", m.ClientAddrs(), "peer", peerLn.Addr().String(), "data-dir", cfg.DataDir, "log-store", m.node.LogStore(),
 		"auth-token", cfg.AuthTokens.String(), "id", fmt.Sprintf("%x", m.node.ID()))
 	return m, nil
@@ -645,6 +654,9 @@ func (m *Member) closeListeners() {
 func (m *Member) Close() error {
 	m.once.Do(func() {
 		m.cancel()
+		if m.dns != nil {
+			m.dns.Close()
+		}
 		m.closeListeners()
 		stopped := make(chan struct{})
 		go func() {

@@ -19,7 +19,8 @@ import (
 const (
 	minBackoff = 100 * time.Millisecond
 	maxBackoff = 2 * time.Second
-	tryTimeout = 5 * time.Second
+	// defaultTryTimeout is WithTryTimeout's default.
+	defaultTryTimeout = 5 * time.Second
 )
 
 // EventKind says what happened to a registration.
@@ -59,10 +60,17 @@ type Event struct {
 type Option func(*options)
 
 type options struct {
-	logger   *slog.Logger
-	metadata any
-	notify   func(Event)
+	logger     *slog.Logger
+	metadata   any
+	notify     func(Event)
+	tryTimeout time.Duration
 }
+
+// WithTryTimeout bounds each try to store the endpoint, the first one in
+// Register and each one after a loss (default 5 s): a try that hangs, on a
+// cluster without quorum or a member cut off from it, is given up, so that
+// Register returns an error and re-registration tries again.
+func WithTryTimeout(d time.Duration) Option { return func(o *options) { o.tryTimeout = d } }
 
 // WithLogger logs to l instead of slog.Default().
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -126,7 +134,7 @@ func Register(ctx context.Context, cli *clientv3.Client, service, addr string, t
 		key:  Key(service, addr),
 		addr: addr,
 		ttl:  int64((ttl + time.Second - 1) / time.Second),
-		opts: options{logger: slog.Default()},
+		opts: options{logger: slog.Default(), tryTimeout: defaultTryTimeout},
 		done: make(chan struct{}),
 	}
 	for _, o := range opts {
@@ -138,7 +146,10 @@ func Register(ctx context.Context, cli *clientv3.Client, service, addr string, t
 		return nil, fmt.Errorf("register %s: %w", r.key, err)
 	}
 	r.mgr = mgr
-	if err := r.register(ctx); err != nil {
+	tctx, cancel := context.WithTimeout(ctx, r.opts.tryTimeout)
+	err = r.register(tctx)
+	cancel()
+	if err != nil {
 		return nil, fmt.Errorf("register %s: %w", r.key, err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
@@ -268,7 +279,7 @@ func (r *Registration) keepAlive(ctx context.Context, lease clientv3.LeaseID) (s
 func (r *Registration) reregister(ctx context.Context, old clientv3.LeaseID) bool {
 	backoff := minBackoff
 	for {
-		tctx, cancel := context.WithTimeout(ctx, tryTimeout)
+		tctx, cancel := context.WithTimeout(ctx, r.opts.tryTimeout)
 		err := r.register(tctx)
 		cancel()
 		if err == nil {

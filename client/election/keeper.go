@@ -147,12 +147,18 @@ func (k *keeper) extend(send time.Time, ttl time.Duration) {
 	}
 	// A later keep-alive cannot shorten the issuer's promise, so a smaller
 	// answer never moves the deadline back.
-	if d := send.Add(ttl - k.cfg.marginFor(ttl)); d.After(k.deadline) {
+	d := send.Add(ttl - k.cfg.marginFor(ttl))
+	moved := d.After(k.deadline)
+	if moved {
 		k.deadline = d
 		k.timer.Stop()
 		k.timer = k.cfg.clock.At(d, k.expire)
 	}
 	k.mu.Unlock()
+	if moved {
+		// Only renew calls extend, so calls to onRenew never overlap.
+		k.cfg.onRenew(d)
+	}
 }
 
 // end ends the leadership for cause (no-op when it has ended) and, unless the

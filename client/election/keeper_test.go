@@ -156,11 +156,11 @@ const (
 	hMargin = 300 * time.Millisecond
 )
 
-func newHarness(t *testing.T) *harness {
+func newHarness(t *testing.T, opts ...Option) *harness {
 	h := &harness{t: t, clock: newFakeClock(), lease: newFakeLease(int64(hTTL / time.Second)), renewed: make(chan error, 1)}
-	cfg, err := newConfig([]Option{WithTTL(hTTL), WithDriftMargin(hMargin), withClock(h.clock),
+	cfg, err := newConfig(append([]Option{WithTTL(hTTL), WithDriftMargin(hMargin), withClock(h.clock),
 		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-		withRenewHook(func(err error) { h.renewed <- err })})
+		withRenewHook(func(err error) { h.renewed <- err })}, opts...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,5 +359,27 @@ func TestDefaultDriftMargin(t *testing.T) {
 	c, err := newConfig([]Option{WithTTL(1500 * time.Millisecond)})
 	if err != nil || c.ttl != 2*time.Second {
 		t.Errorf("TTL 1.5s became %v (err %v), want 2s", c.ttl, err)
+	}
+}
+
+// TestOnRenewHearsEachMove: WithOnRenew hears the new deadline of every
+// keep-alive that moved it, before the keeper reports the answer applied,
+// and nothing for one that did not move it (a shorter TTL answered).
+func TestOnRenewHearsEachMove(t *testing.T) {
+	var heard []time.Time
+	h := newHarness(t, WithOnRenew(func(d time.Time) { heard = append(heard, d) }))
+	h.at(hTTL / 3)
+	h.answer(h.nextKeepAlive(), keepAliveReply{ttl: int64(hTTL / time.Second)})
+	want := h.start.Add(hTTL/3 + hTTL - hMargin)
+	if len(heard) != 1 || !heard[0].Equal(want) {
+		t.Fatalf("after one renewal heard %v, want [%v]", heard, want)
+	}
+	if got := h.k.currentDeadline(); !got.Equal(want) {
+		t.Fatalf("deadline %v, want the one heard, %v", got, want)
+	}
+	h.at(2 * hTTL / 3)
+	h.answer(h.nextKeepAlive(), keepAliveReply{ttl: 1})
+	if len(heard) != 1 {
+		t.Fatalf("a renewal that did not move the deadline was heard: %v", heard)
 	}
 }

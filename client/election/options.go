@@ -56,6 +56,12 @@ func WithDriftMargin(m time.Duration) Option {
 // its leadership (default: slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
+// WithOnRenew calls f with the new deadline (as Leadership.Deadline) each
+// time a keep-alive moves it on, from the goroutine that renews the lease,
+// one call at a time and in order; f must not block. `corenode lock` uses it
+// to hand each deadline to a watchdog process that stops CMD on its own.
+func WithOnRenew(f func(deadline time.Time)) Option { return func(c *config) { c.onRenew = f } }
+
 // withClock replaces the real clock in unit tests.
 func withClock(c clock) Option { return func(cfg *config) { cfg.clock = c } }
 
@@ -70,6 +76,7 @@ type config struct {
 	clock     clock
 	log       *slog.Logger
 	renewed   func(error)
+	onRenew   func(time.Time)
 }
 
 func newConfig(opts []Option) (config, error) {
@@ -91,6 +98,9 @@ func newConfig(opts []Option) (config, error) {
 	}
 	if c.renewed == nil {
 		c.renewed = func(error) {}
+	}
+	if c.onRenew == nil {
+		c.onRenew = func(time.Time) {}
 	}
 	return c, nil
 }

@@ -44,6 +44,8 @@ var commands = []command{
 	{"failover", "SIGKILL the leader under continuous writes: time to the first acknowledged write (needs --pids)", setupFailover},
 	{"idle-lease-memory", "RSS growth of the members per idle lease with one key (needs --pids)", setupIdleMemory},
 	{"keys", "load --keys distinct keys: put throughput and latency while the state grows (snapshots included), RSS per key, a Range of every key (needs --pids); --verify only checks they are all there", setupKeys},
+	{"lookup", "find one service's --endpoints-count endpoints: --via dns (SRV queries to a member's --dns-addr) or range-s/range-l (a prefix Range through the etcd API, decoded)", setupLookup},
+	{"check-removal", "time from a failed health check of `corenode register --check-http` to the SRV record gone from --dns-addr", setupCheckRemoval},
 	{"wait", "wait until every endpoint agrees on a leader and a write succeeds", setupWait},
 }
 

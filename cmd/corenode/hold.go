@@ -7,16 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"runtime"
 	"strconv"
-	"strings"
+	"sync"
 	"syscall"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/corenode/corenode/client/election"
 )
@@ -36,9 +32,9 @@ const (
 const tokenEnv = "CORENODE_FENCING_TOKEN"
 
 type holdOptions struct {
-	endpoints string
-	ttl       int
-	grace     time.Duration
+	conn  connFlags
+	ttl   int
+	grace time.Duration
 }
 
 func holdSynopsis(kind string) string {
@@ -46,29 +42,35 @@ func holdSynopsis(kind string) string {
 	if kind == "elect" {
 		what = "NAME VALUE"
 	}
-	return fmt.Sprintf("corenode %s [--endpoints E] [--ttl S] [--grace D] %s -- CMD [ARGS...]", kind, what)
+	return fmt.Sprintf("corenode %s [--endpoints E] [--user U] [--cacert F] [--ttl S] [--grace D] ... %s -- CMD [ARGS...]", kind, what)
 }
-
-func holdUsage(kind string) string { return "Usage: " + holdSynopsis(kind) }
 
 // hold runs `corenode lock` (kind "lock") or `corenode elect` (kind "elect").
 func hold(kind string, args []string) int {
-	o, names, command, err := parseHold(kind, args)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintf(os.Stderr, "corenode %s: %v\n%s\n", kind, err, holdUsage(kind))
+	o, names, command, code := parseHold(kind, args)
+	if code >= 0 {
+		return code
+	}
+	ttl := time.Duration(o.ttl) * time.Second
+	margin := election.DefaultDriftMargin(ttl)
+	if o.grace < 0 {
+		o.grace = margin
+	}
+	if margin+o.grace >= ttl {
+		fmt.Fprintf(os.Stderr, "corenode %s: --grace %v plus the drift margin %v must be shorter than --ttl %v\n", kind, o.grace, margin, ttl)
 		return exitHoldUsage
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	cli, err := clientv3.New(clientv3.Config{Endpoints: splitURLs(o.endpoints), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := o.conn.client()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "corenode %s: %v\n", kind, err)
 		return exitHoldError
 	}
 	defer cli.Close()
-
+	if err := checkAccess(cli, names[0]+"/", o.conn.commandTimeout); err != nil {
+		fmt.Fprintf(os.Stderr, "corenode %s: %v\n", kind, err)
+		return exitHoldError
+	}
 	// Until CMD runs, SIGINT, SIGTERM and SIGHUP abandon the campaign; then
 	// they are passed on to CMD.
 	sigs := make(chan os.Signal, 4)
@@ -84,19 +86,13 @@ func hold(kind string, args []string) int {
 		}
 	}()
 
-	ttl := time.Duration(o.ttl) * time.Second
-	margin := election.DefaultDriftMargin(ttl)
-	if o.grace < 0 {
-		o.grace = margin
-	}
-	if margin+o.grace >= ttl {
-		fmt.Fprintf(os.Stderr, "corenode %s: --grace %v plus the drift margin %v must be shorter than --ttl %v\n", kind, o.grace, margin, ttl)
-		return exitHoldUsage
-	}
-	// Leadership ends grace before the drift-margin deadline, so that the
-	// SIGKILL at the end of the grace still lands before the cluster could
-	// expire the lease.
-	opts := []election.Option{election.WithTTL(ttl), election.WithDriftMargin(margin + o.grace), election.WithLogger(log)}
+	// The watchdog's clock is read before the lease is granted (see
+	// bootClock). Leadership ends grace before the drift-margin deadline,
+	// so that the SIGKILL at the end of the grace still lands before the
+	// cluster could expire the lease.
+	relay := &renewRelay{clock: newBootClock()}
+	opts := []election.Option{election.WithTTL(ttl), election.WithDriftMargin(margin + o.grace), election.WithLogger(log),
+		election.WithOnRenew(relay.renewed)}
 	var l *election.Leadership
 	if kind == "lock" {
 		l, err = election.Lock(ctx, cli, names[0], opts...)
@@ -108,8 +104,8 @@ func hold(kind string, args []string) int {
 		fmt.Fprintf(os.Stderr, "corenode %s: %v\n", kind, err)
 		return exitHoldError
 	}
-	code := supervise(kind, l, command, o.grace, sigs)
-	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	code = supervise(kind, l, relay, command, o.grace, sigs)
+	rctx, rcancel := context.WithTimeout(context.Background(), o.conn.commandTimeout)
 	defer rcancel()
 	if err := l.Resign(rctx); err != nil {
 		fmt.Fprintf(os.Stderr, "corenode %s: release: %v\n", kind, err)
@@ -117,150 +113,153 @@ func hold(kind string, args []string) int {
 	return code
 }
 
-// parseHold reads flags (anywhere before "--"), the names, and CMD.
-func parseHold(kind string, args []string) (holdOptions, []string, []string, error) {
-	o := holdOptions{endpoints: "127.0.0.1:2379"}
+// parseHold reads flags (anywhere before "--"), the names, and CMD. code
+// is the exit status when there is nothing to run (-h, a usage error), else -1.
+func parseHold(kind string, args []string) (o holdOptions, names, command []string, code int) {
 	fs := flag.NewFlagSet("corenode "+kind, flag.ContinueOnError)
-	fs.StringVar(&o.endpoints, "endpoints", o.endpoints, "comma-separated client endpoints (default from ETCDCTL_ENDPOINTS when set)")
+	o.conn.register(fs)
 	fs.IntVar(&o.ttl, "ttl", 10, "lease TTL in seconds")
 	fs.DurationVar(&o.grace, "grace", -1, "time CMD gets between SIGTERM and SIGKILL (default: the drift margin, 1% of the TTL + 50ms); leadership ends this much earlier")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), holdUsage(kind))
-		fs.PrintDefaults()
-	}
-	sep := -1
-	for i, a := range args {
-		if a == "--" {
-			sep = i
-			break
-		}
-	}
-	if sep < 0 || sep == len(args)-1 {
-		return o, nil, nil, errors.New(`no command: put it after "--"`)
-	}
-	var names []string
-	rest := args[:sep]
-	for {
-		if err := fs.Parse(rest); err != nil {
-			return o, nil, nil, err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		names, rest = append(names, fs.Arg(0)), fs.Args()[1:]
-	}
 	want := 1
 	if kind == "elect" {
 		want = 2
 	}
-	if len(names) != want {
-		return o, nil, nil, fmt.Errorf("want %d argument(s) before \"--\", got %q", want, names)
+	names, command, err := parseCommandLine(fs, args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		printUsage(fs, holdSynopsis(kind))
+		return o, nil, nil, 0
+	case err == nil && len(names) != want:
+		err = fmt.Errorf("want %d argument(s) before \"--\", got %q", want, names)
+	case err == nil && len(command) == 0:
+		err = errors.New(`no command: put it after "--"`)
+	case err == nil && o.ttl <= 0:
+		err = fmt.Errorf("--ttl %d is not positive", o.ttl)
 	}
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "endpoints" })
-	if env := os.Getenv("ETCDCTL_ENDPOINTS"); env != "" && !given {
-		o.endpoints = env
+	if err == nil {
+		err = o.conn.check()
 	}
-	if o.ttl <= 0 {
-		return o, nil, nil, fmt.Errorf("--ttl %d is not positive", o.ttl)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "corenode %s: %v\nUsage: %s (corenode %s -h for the flags)\n", kind, err, holdSynopsis(kind), kind)
+		return o, nil, nil, exitHoldUsage
 	}
-	return o, names, args[sep+1:], nil
+	return o, names, command, -1
 }
 
 // supervise runs command while l leads and returns the exit status: CMD's
 // own when it exits while leading, exitHoldLost when leadership ends first.
 //
-// CMD runs in its own process group, so the stop signals reach what it
-// started too (a shell's children); the catch is that an interactive CMD
-// is not in the terminal's foreground group, which is why SIGINT and
-// SIGTERM sent to corenode are passed on. If corenode itself dies, the
-// kernel sends CMD SIGKILL (Pdeathsig); that signal goes when the thread
-// that started CMD exits, so the calling goroutine stays locked to its
+// CMD runs under a watchdog process (watchdog.go) that kills it at the
+// deadline unless this process has moved the deadline on (relay forwards
+// every renewal), and in its own process group, so the stop signals reach
+// what it started too (a shell's children); the catch is that an
+// interactive CMD is not in the terminal's foreground group, which is why
+// SIGINT and SIGTERM sent to corenode are passed on. If corenode itself
+// dies, the kernel sends the watchdog SIGKILL and the watchdog's death
+// sends CMD SIGKILL (Pdeathsig); that signal goes when the thread that
+// started the process exits, so the calling goroutine stays locked to its
 // thread for the rest of the process.
-func supervise(kind string, l *election.Leadership, command []string, grace time.Duration, sigs <-chan os.Signal) int {
+func supervise(kind string, l *election.Leadership, relay *renewRelay, command []string, grace time.Duration, sigs <-chan os.Signal) int {
 	token, ok := l.Leading()
 	if !ok {
 		fmt.Fprintf(os.Stderr, "corenode %s: leadership lost before CMD started: %v\n", kind, context.Cause(l.Context()))
 		return exitHoldLost
 	}
-	cmd := exec.Command(command[0], command[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), tokenEnv+"="+strconv.FormatInt(token, 10))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	env := append(os.Environ(), tokenEnv+"="+strconv.FormatInt(token, 10))
 	runtime.LockOSThread()
-	if err := cmd.Start(); err != nil {
+	wd, err := relay.start(l.Deadline(), func(deadline time.Time) (*watchdog, error) {
+		return startWatchdog(command, env, relay.clock, deadline, grace)
+	})
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "corenode %s: %v\n", kind, err)
 		return exitHoldError
 	}
-	group := -cmd.Process.Pid
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	for {
 		select {
-		case err := <-exited:
-			return exitStatus(err)
+		case res := <-wd.result:
+			if res.err != nil {
+				fmt.Fprintf(os.Stderr, "corenode %s: %v\n", kind, res.err)
+				return exitHoldError
+			}
+			// CMD's exit can be the first news of a lost leadership: the
+			// watchdog stopped it while this process was paused.
+			if _, leading := l.Leading(); !leading || res.stopped {
+				cause := context.Cause(l.Context())
+				if cause == nil {
+					cause = election.ErrExpired // the watchdog's clock ran out a moment before ours
+				}
+				fmt.Fprintf(os.Stderr, "corenode %s: leadership lost (%v); CMD stopped by the watchdog\n", kind, cause)
+				return exitHoldLost
+			}
+			return waitStatus(res.status)
 		case sig := <-sigs:
-			_ = syscall.Kill(group, sig.(syscall.Signal))
+			wd.signal(sig.(syscall.Signal))
 		case <-l.Done():
 			cause := context.Cause(l.Context())
-			stopCommand(group, exited, stopPlanFor(cause, l.Deadline(), grace, time.Now()))
+			wd.stop(stopGracefully(cause, l.Deadline(), grace, time.Now()), l.Deadline())
 			fmt.Fprintf(os.Stderr, "corenode %s: leadership lost (%v); CMD stopped\n", kind, cause)
 			return exitHoldLost
 		}
 	}
 }
 
-// stopPlan says how to stop CMD once leadership has ended: SIGTERM now and
-// SIGKILL at killAt, or (term false) SIGKILL at once.
-type stopPlan struct {
-	term   bool
-	killAt time.Time
+// renewRelay hands each new deadline of a leadership to its watchdog, once
+// there is one; a renewal while the watchdog starts waits for it, so none
+// is lost between the first deadline and the watchdog.
+type renewRelay struct {
+	clock bootClock
+	mu    sync.Mutex
+	wd    *watchdog
+	last  time.Time
 }
 
-// stopPlanFor decides how to stop CMD. Leadership that ran out on this
-// holder's clock ended grace before the drift-margin deadline, so CMD gets
-// SIGTERM and, until deadline+grace, time to finish. Noticed late (this
+func (r *renewRelay) renewed(deadline time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.last = deadline
+	if r.wd != nil {
+		r.wd.extend(deadline)
+	}
+}
+
+// start starts the watchdog with the latest deadline heard, or first if
+// none was, and hands it any renewal heard while it started. Renewals do
+// not wait for the start (the keeper's renewals must not stall on an exec).
+func (r *renewRelay) start(first time.Time, start func(time.Time) (*watchdog, error)) (*watchdog, error) {
+	r.mu.Lock()
+	d := first
+	if r.last.After(d) {
+		d = r.last
+	}
+	r.mu.Unlock()
+	wd, err := start(d)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.wd = wd
+	if r.last.After(d) {
+		wd.extend(r.last)
+	}
+	return wd, nil
+}
+
+// stopGracefully decides how to stop CMD once leadership has ended.
+// Leadership that ran out on this holder's clock ended grace before the
+// drift-margin deadline, so CMD gets SIGTERM and, until deadline+grace
+// (when the watchdog sends SIGKILL), time to finish. Noticed late (this
 // process was paused), or ended because the lease or key is already gone,
 // a successor may be running: SIGKILL at once.
-func stopPlanFor(cause error, deadline time.Time, grace time.Duration, now time.Time) stopPlan {
-	killAt := deadline.Add(grace)
-	if errors.Is(cause, election.ErrExpired) && now.Before(killAt) {
-		return stopPlan{term: true, killAt: killAt}
-	}
-	return stopPlan{killAt: now}
+func stopGracefully(cause error, deadline time.Time, grace time.Duration, now time.Time) bool {
+	return errors.Is(cause, election.ErrExpired) && now.Before(deadline.Add(grace))
 }
 
-// stopCommand carries out p and returns once CMD has exited.
-func stopCommand(group int, exited <-chan error, p stopPlan) {
-	if p.term {
-		_ = syscall.Kill(group, syscall.SIGTERM)
-		t := time.NewTimer(time.Until(p.killAt))
-		defer t.Stop()
-		select {
-		case <-exited:
-			// CMD is gone, but what it started in its group may not be.
-			_ = syscall.Kill(group, syscall.SIGKILL)
-			return
-		case <-t.C:
-		}
-	}
-	_ = syscall.Kill(group, syscall.SIGKILL)
-	<-exited
-}
-
-// exitStatus is CMD's exit status as a shell reports it (128+n when killed
+// waitStatus is CMD's exit status as a shell reports it (128+n when killed
 // by signal n).
-func exitStatus(err error) int {
-	if err == nil {
-		return 0
+func waitStatus(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
+		return 128 + int(ws.Signal())
 	}
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return ee.ExitCode()
-	}
-	fmt.Fprintln(os.Stderr, "corenode:", strings.TrimSpace(err.Error()))
-	return exitHoldError
+	return ws.ExitStatus()
 }

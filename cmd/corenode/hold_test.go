@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,9 +21,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"go.etcd.io/etcd/api/v3/authpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/corenode/corenode/client/election"
+	"github.com/corenode/corenode/internal/freeport"
+	"github.com/corenode/corenode/member"
 	"github.com/corenode/corenode/member/membertest"
 )
 
@@ -43,7 +48,7 @@ func TestMain(m *testing.M) {
 
 func actor() {
 	out := bufio.NewWriter(os.Stdout)
-	fmt.Fprintln(out, "pid", os.Getpid(), "token", os.Getenv(tokenEnv))
+	fmt.Fprintln(out, "pid", os.Getpid(), "token", os.Getenv(tokenEnv), "ppid", os.Getppid())
 	out.Flush()
 	if os.Getenv(actorEnv) == "ignore-term" {
 		signal.Ignore(syscall.SIGTERM)
@@ -93,6 +98,7 @@ type holder struct {
 	exited chan struct{}
 	lines  chan string // stdout, closed at EOF
 	cmdPid int
+	dogPid int // the watchdog, CMD's parent
 	token  int64
 	acts   []int64
 }
@@ -149,6 +155,7 @@ func (h *holder) next(t *testing.T, want string, within time.Duration) []string 
 			case "pid":
 				h.cmdPid, _ = strconv.Atoi(f[1])
 				h.token, _ = strconv.ParseInt(f[3], 10, 64)
+				h.dogPid, _ = strconv.Atoi(f[5])
 			case "act":
 				at, _ := strconv.ParseInt(f[1], 10, 64)
 				h.acts = append(h.acts, at)
@@ -192,49 +199,96 @@ func (h *holder) wait(t *testing.T, within time.Duration) int {
 	}
 }
 
-// TestLockStopsPausedHolder: a whole holder (`corenode lock` and its CMD)
-// is stopped past the TTL, as a VM stall would stop it. The successor
-// starts meanwhile; when the holder's corenode wakes it kills CMD before
-// CMD runs again and exits 3, and every action of CMD comes before the
-// successor's first.
+// TestLockPauses stops parts of a holder with SIGSTOP: the supervisor
+// (`corenode lock`), its watchdog, CMD, or several. The successor starts
+// meanwhile. In every case the paused holder's CMD never acts after the
+// successor's first action, and is dead once its holder has been
+// continued, which exits 3. Where a part that can stop CMD still runs, CMD
+// is dead before anything is continued: the watchdog kills it at the
+// deadline when only the supervisor (and CMD) are stopped, and the
+// supervisor kills it when only the watchdog or CMD is. Those two cases
+// keep renewing, so the test ends the leadership by revoking the lease.
 //
-// corenode is continued before CMD: a stall continues both at once, and
-// then CMD may act in the instant before corenode kills it, which no
-// supervisor can prevent; that instant is what CORENODE_FENCING_TOKEN is
-// for. What this test shows is that corenode stops CMD as soon as it runs.
-func TestLockStopsPausedHolder(t *testing.T) {
+// In the whole-holder case (a VM stall) the watchdog is continued first
+// and kills CMD before CMD runs again; on a real machine CMD may run for
+// an instant first, which is what CORENODE_FENCING_TOKEN is for.
+func TestLockPauses(t *testing.T) {
 	bin := buildCorenode(t)
 	c := membertest.New(t, 1)
 	eps := strings.Join(c.Endpoints(), ",")
-	args := []string{"lock", "--endpoints", eps, "--ttl", "1", "/cli-lock", "--", os.Args[0]}
+	for i, tc := range []struct {
+		name   string
+		stop   holderParts
+		revoke bool // the supervisor still renews: end the leadership from outside
+	}{
+		{"supervisor", holderParts{supervisor: true}, false},
+		{"CMD", holderParts{cmd: true}, true},
+		{"supervisor and CMD", holderParts{supervisor: true, cmd: true}, false},
+		{"watchdog", holderParts{watchdog: true}, true},
+		{"whole holder", holderParts{supervisor: true, watchdog: true, cmd: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			lock := fmt.Sprintf("/cli-pause-%d", i)
+			testPause(t, bin, c.Client(), lock, tc.stop, tc.revoke, "--endpoints", eps)
+		})
+	}
+}
 
+// holderParts are the processes of a `corenode lock` holder.
+type holderParts struct{ supervisor, watchdog, cmd bool }
+
+// testPause runs a holder and its successor on lock with conn's flags,
+// stops the parts of the holder in stop with SIGSTOP (and revokes its
+// lease if revoke), and checks that the holder's CMD never acts after the
+// successor's first action.
+func testPause(t *testing.T, bin string, cli *clientv3.Client, lock string, stop holderParts, revoke bool, conn ...string) {
+	args := append(append([]string{"lock"}, conn...), "--ttl", "1", lock, "--", os.Args[0])
 	a := startHold(t, bin, actorEnv+"=1", args...)
 	a.next(t, "pid", 15*time.Second)
 	for range 20 {
 		a.next(t, "act", 5*time.Second)
 	}
 	b := startHold(t, bin, actorEnv+"=1", args...)
-
-	for _, pid := range []int{a.cmdPid, a.cmd.Process.Pid} {
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
+	var stopped []int
+	for _, p := range []struct {
+		on  bool
+		pid int
+	}{{stop.supervisor, a.cmd.Process.Pid}, {stop.watchdog, a.dogPid}, {stop.cmd, a.cmdPid}} {
+		if p.on {
+			if err := syscall.Kill(p.pid, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			stopped = append(stopped, p.pid)
 		}
+	}
+	t.Cleanup(func() {
+		for _, pid := range stopped {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	if revoke {
+		revokeHolder(t, cli, lock+"/")
 	}
 	b.next(t, "pid", 15*time.Second)
 	b.next(t, "act", 5*time.Second)
 	if b.token <= a.token {
 		t.Errorf("successor's token %d is not above the paused holder's %d", b.token, a.token)
 	}
-	if err := syscall.Kill(a.cmd.Process.Pid, syscall.SIGCONT); err != nil {
-		t.Fatal(err)
+	if !stop.supervisor || !stop.watchdog {
+		// A part that can stop CMD was running: CMD is dead (or a zombie
+		// its stopped parent has yet to reap) already.
+		waitGone(t, a.cmdPid, 5*time.Second)
+	}
+	// Continue as a machine would wake, the watchdog before CMD.
+	for _, pid := range []int{a.dogPid, a.cmd.Process.Pid} {
+		_ = syscall.Kill(pid, syscall.SIGCONT)
 	}
 	if code := a.wait(t, 10*time.Second); code != exitHoldLost {
 		t.Errorf("paused corenode lock exited %d, want %d (leadership lost)", code, exitHoldLost)
 	}
-	if err := syscall.Kill(a.cmdPid, 0); !errors.Is(err, syscall.ESRCH) {
-		_ = syscall.Kill(a.cmdPid, syscall.SIGCONT)
-		t.Fatalf("the paused holder's CMD (pid %d) outlived its corenode lock: kill 0 = %v", a.cmdPid, err)
-	}
+	_ = syscall.Kill(a.cmdPid, syscall.SIGCONT)
+	waitGone(t, a.cmdPid, 5*time.Second)
 	a.drain(t)
 	lastA, firstB := a.acts[len(a.acts)-1], b.acts[0]
 	if lastA >= firstB {
@@ -250,7 +304,44 @@ func TestLockStopsPausedHolder(t *testing.T) {
 	if code := b.wait(t, 10*time.Second); code != 128+int(syscall.SIGTERM) {
 		t.Errorf("corenode lock after SIGTERM exited %d, want %d (CMD killed by SIGTERM)", code, 128+int(syscall.SIGTERM))
 	}
-	expectNoKeys(t, c.Client(), "/cli-lock/")
+	expectNoKeys(t, cli, lock+"/")
+}
+
+// revokeHolder revokes the lease of the oldest key under prefix: the
+// holder's leadership ends as if the cluster had expired it.
+func revokeHolder(t *testing.T, cli *clientv3.Client, prefix string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := cli.Get(ctx, prefix, clientv3.WithFirstCreate()...)
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("holder's key under %s: %v (err %v)", prefix, resp, err)
+	}
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitGone waits until pid has exited (a zombie counts: it runs no more).
+// Linux says nothing when a process ends to anyone but its parent, so this
+// looks every few milliseconds.
+func waitGone(t *testing.T, pid int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return
+		}
+		// The state follows the command name's closing parenthesis.
+		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the paused holder's CMD (pid %d) still exists after %v: %s", pid, within, stat)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func expectNoKeys(t *testing.T, cli *clientv3.Client, prefix string) {
@@ -306,23 +397,23 @@ func TestElectRunsCommand(t *testing.T) {
 	_, _ = io.Copy(io.Discard, stdout)
 }
 
-func TestStopPlan(t *testing.T) {
+func TestStopGracefully(t *testing.T) {
 	deadline := time.Unix(100, 0)
 	grace := 150 * time.Millisecond
 	for _, tc := range []struct {
 		name  string
 		cause error
 		now   time.Time
-		want  stopPlan
+		want  bool
 	}{
-		{"expired, noticed on time", election.ErrExpired, deadline, stopPlan{term: true, killAt: deadline.Add(grace)}},
-		{"expired, noticed within the grace", election.ErrExpired, deadline.Add(grace - 1), stopPlan{term: true, killAt: deadline.Add(grace)}},
-		{"expired, noticed after the grace (paused)", election.ErrExpired, deadline.Add(grace), stopPlan{killAt: deadline.Add(grace)}},
-		{"lease gone", election.ErrLeaseGone, deadline.Add(-time.Second), stopPlan{killAt: deadline.Add(-time.Second)}},
-		{"key deleted", election.ErrKeyDeleted, deadline.Add(-time.Second), stopPlan{killAt: deadline.Add(-time.Second)}},
+		{"expired, noticed on time", election.ErrExpired, deadline, true},
+		{"expired, noticed within the grace", election.ErrExpired, deadline.Add(grace - 1), true},
+		{"expired, noticed after the grace (paused)", election.ErrExpired, deadline.Add(grace), false},
+		{"lease gone", election.ErrLeaseGone, deadline.Add(-time.Second), false},
+		{"key deleted", election.ErrKeyDeleted, deadline.Add(-time.Second), false},
 	} {
-		if got := stopPlanFor(tc.cause, deadline, grace, tc.now); got != tc.want {
-			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		if got := stopGracefully(tc.cause, deadline, grace, tc.now); got != tc.want {
+			t.Errorf("%s: graceful = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
@@ -361,4 +452,118 @@ func TestLockKillsCommandBeforeExpiry(t *testing.T) {
 	}
 	t.Logf("CMD's last action came %v before the earliest expiry, %v after Stop returned",
 		time.Duration(expiry-last), time.Duration(last-stopped))
+}
+
+// TestLockConnectsAsEtcdctl: `corenode lock` reaches a cluster with TLS
+// and auth on with etcdctl's flags, or the same from ETCDCTL_*, and says in
+// one line why it cannot: an untrusted certificate, a wrong password, no
+// member listening, a usage error; -h prints the usage and exits 0.
+func TestLockConnectsAsEtcdctl(t *testing.T) {
+	bin := buildCorenode(t)
+	ca := membertest.NewCA(t, "cluster")
+	server := ca.Issue("member", net.ParseIP("127.0.0.1"))
+	info := member.TLSInfo{CertFile: server.CertFile, KeyFile: server.KeyFile, TrustedCAFile: ca.File}
+	c := membertest.New(t, 3, membertest.WithTLS(info, info, ca.ClientConfig(membertest.Pair{})),
+		membertest.WithConfig(func(_ int, cfg *member.Config) { cfg.BcryptCost = 4 }))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	root := c.Client()
+	for _, step := range []func() error{
+		func() error { _, err := root.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := root.RoleAdd(ctx, "locker"); return err },
+		func() error {
+			_, err := root.RoleGrantPermission(ctx, "locker", "/tls-lock/", "/tls-lock0", clientv3.PermissionType(authpb.READWRITE))
+			return err
+		},
+		func() error { _, err := root.UserAdd(ctx, "alice", "alicepw"); return err },
+		func() error { _, err := root.UserGrantRole(ctx, "alice", "locker"); return err },
+		func() error { _, err := root.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eps := strings.Join(c.Endpoints(), ",")
+	run := func(env []string, args ...string) (int, string, string) {
+		t.Helper()
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), env...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_ = cmd.Run()
+		}()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Fatalf("corenode %v still running after 30s; stderr: %s", args, stderr.String())
+		}
+		return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+	}
+	script := `echo "token=$` + tokenEnv + `"`
+
+	code, out, errOut := run(nil, "lock", "--endpoints", eps, "--cacert", ca.File, "--user", "alice:alicepw", "--ttl", "2", "/tls-lock", "--", "sh", "-c", script)
+	if code != 0 || !strings.HasPrefix(out, "token=") || out == "token=\n" {
+		t.Fatalf("lock with --cacert and --user: exit %d, stdout %q, stderr %q; want 0 and CMD's token", code, out, errOut)
+	}
+	code, out, errOut = run([]string{"ETCDCTL_ENDPOINTS=" + eps, "ETCDCTL_CACERT=" + ca.File, "ETCDCTL_USER=alice", "ETCDCTL_PASSWORD=alicepw"},
+		"elect", "--ttl", "2", "/tls-lock", "v", "--", "sh", "-c", script)
+	if code != 0 || !strings.HasPrefix(out, "token=") {
+		t.Fatalf("elect with ETCDCTL_*: exit %d, stdout %q, stderr %q; want 0 and CMD's token", code, out, errOut)
+	}
+	rootCli := loginClient(t, c, ca, "root", "rootpw")
+	expectNoKeys(t, rootCli, "/tls-lock/")
+
+	// The issue's case: the supervisor alone stopped, on TLS with auth.
+	testPause(t, bin, rootCli, "/tls-lock", holderParts{supervisor: true}, false,
+		"--endpoints", eps, "--cacert", ca.File, "--user", "alice:alicepw")
+
+	ports, err := freeport.Ports("127.0.0.1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := fmt.Sprintf("127.0.0.1:%d", ports[0])
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"untrusted certificate", []string{"--endpoints", c.ClientURL(0) + "," + c.ClientURL(1), "--user", "alice:alicepw", "--dial-timeout", "1s"}, exitHoldError, "certificate"},
+		{"wrong password", []string{"--endpoints", eps, "--cacert", ca.File, "--user", "alice:nope"}, exitHoldError, "authentication failed"},
+		{"no permission", []string{"--endpoints", eps, "--cacert", ca.File, "--user", "alice:alicepw", "/other"}, exitHoldError, "permission denied"},
+		{"nobody listening", []string{"--endpoints", free, "--dial-timeout", "500ms"}, exitHoldError, "no member answered at " + free + " within 500ms"},
+		{"no password", []string{"--endpoints", eps, "--user", "alice"}, exitHoldUsage, "has no password"},
+	} {
+		args := append([]string{"lock"}, tc.args...)
+		if !slices.Contains(args, "/other") {
+			args = append(args, "/tls-lock")
+		}
+		code, _, errOut := run(nil, append(args, "--", "true")...)
+		t.Logf("%s: exit %d: %s", tc.name, code, strings.TrimSpace(errOut))
+		if code != tc.code || !strings.Contains(errOut, tc.want) || strings.Count(strings.TrimSpace(errOut), "\n") > 1 {
+			t.Errorf("%s: exit %d, stderr %q; want exit %d and one line with %q", tc.name, code, errOut, tc.code, tc.want)
+		}
+	}
+	code, out, _ = run(nil, "lock", "-h")
+	if code != 0 || !strings.Contains(out, "Usage: corenode lock") || !strings.Contains(out, "-cacert") {
+		t.Errorf("lock -h: exit %d, stdout %q; want 0 and the usage with the flags", code, out)
+	}
+}
+
+// loginClient is a client of c that trusts ca and logs in as user.
+func loginClient(t *testing.T, c *membertest.Cluster, ca *membertest.CA, user, password string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), TLS: ca.ClientConfig(membertest.Pair{}),
+		Username: user, Password: password, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
 }

@@ -7,6 +7,7 @@
 //	corenode snapshot restore F   seed a new cluster member from `etcdctl snapshot save` output
 //	corenode lock NAME -- CMD     run CMD only while holding the lock NAME
 //	corenode elect NAME V -- CMD  run CMD only while leading the election NAME with value V
+//	corenode register SVC ADDR    keep ADDR registered for SVC while its health check passes
 package main
 
 import (
@@ -47,6 +48,10 @@ func main() {
 			os.Exit(snapshot(os.Args[2:]))
 		case "lock", "elect":
 			os.Exit(hold(os.Args[1], os.Args[2:]))
+		case "register":
+			os.Exit(register(os.Args[2:]))
+		case watchdogArg:
+			os.Exit(runWatchdog(os.Args[2:]))
 		case "version", "--version":
 			fmt.Println("corenode", version)
 			return
@@ -83,6 +88,7 @@ type options struct {
 	strictReconfigCheck                        bool
 	selfSignedCertValidity                     uint
 	maxLearners                                int
+	dns                                        member.DNSConfig
 }
 
 func newFlagSet(o *options) *flag.FlagSet {
@@ -135,11 +141,14 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.clientTLS.AutoTLS, "auto-tls", false, "serve https:// client URLs with a self-signed certificate made on first start (in DATA_DIR/fixtures/client) when --cert-file is not given: encrypted, nobody authenticated")
 	fs.BoolVar(&o.peerTLS.AutoTLS, "peer-auto-tls", false, "serve and dial https:// peer URLs with a self-signed certificate (DATA_DIR/fixtures/peer) when --peer-cert-file is not given; members do not verify each other's certificate")
 	fs.UintVar(&o.selfSignedCertValidity, "self-signed-cert-validity", 1, "years a certificate made by --auto-tls or --peer-auto-tls is valid")
+	fs.StringVar(&o.dns.Addr, "dns-addr", "", "HOST:PORT to answer DNS on (UDP and TCP): SRV and A/AAAA records of the services registered with corenode register or client/discovery, as SERVICE.service.<dns-domain> (default: no DNS)")
+	fs.StringVar(&o.dns.Domain, "dns-domain", "corenode.", "the DNS zone --dns-addr answers")
+	fs.DurationVar(&o.dns.TTL, "dns-ttl", 0, "TTL of the DNS records (0: resolvers do not cache, so a removed endpoint is gone from the next answer)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: corenode [flags]\n       corenode health [--endpoint URL] [--cacert F --cert F --key F]\n"+
 			"       corenode snapshot restore FILE --name N --data-dir D --initial-cluster C --initial-advertise-peer-urls U\n"+
-			"       "+holdSynopsis("lock")+"\n       "+holdSynopsis("elect")+"\n"+
+			"       "+holdSynopsis("lock")+"\n       "+holdSynopsis("elect")+"\n       "+registerSynopsis+"\n"+
 			"       corenode version\n\n"+
 			"Every flag can also be set by an environment variable CORENODE_<FLAG>, e.g. CORENODE_DATA_DIR;\n"+
 			"a flag given on the command line wins.\n\nFlags:\n")
@@ -283,6 +292,7 @@ func run(args []string) error {
 		ClientTLS:                 o.clientTLS,
 		PeerTLS:                   o.peerTLS,
 		SelfSignedCertValidity:    o.selfSignedCertValidity,
+		DNS:                       o.dns,
 	})
 	if err != nil {
 		return err
