@@ -546,19 +546,7 @@ type integrityCluster struct {
 
 func (c integrityCluster) Self() uint64 { return c.n.ID() }
 
-func (c integrityCluster) Voters() ([]uint64, error) {
-	members, err := c.n.Members()
-	if err != nil {
-		return nil, err
-	}
-	var ids []uint64
-	for _, m := range members {
-		if !m.IsLearner {
-			ids = append(ids, m.ID)
-		}
-	}
-	return ids, nil
-}
+func (c integrityCluster) Voters() ([]uint64, error) { return c.n.VoterIDs() }
 
 func (c integrityCluster) LocalHash(rev int64) (kv.KVHash, error) { return c.n.Store().HashKV(rev) }
 

@@ -108,6 +108,22 @@ func (n *Node) Members() ([]*pb.Member, error) {
 	return out, nil
 }
 
+// VoterIDs lists raft's voters: the members a quorum is counted among
+// (learners and voters still catching up are not).
+func (n *Node) VoterIDs() ([]uint64, error) {
+	views, _, err := n.configuration()
+	if err != nil {
+		return nil, err
+	}
+	var ids []uint64
+	for _, v := range views {
+		if v.voter() {
+			ids = append(ids, v.id)
+		}
+	}
+	return ids, nil
+}
+
 // IsLearner reports whether this member is a learner (see memberView).
 func (n *Node) IsLearner() bool {
 	views, _, err := n.configuration()
