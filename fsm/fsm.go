@@ -805,16 +805,24 @@ func Reseed(src io.Reader, dst io.Writer, clusterID, index uint64, logger *slog.
 	if err := f.Restore(io.NopCloser(src)); err != nil {
 		return SnapshotStats{}, err
 	}
+	return f.writeSeed(dst, clusterID, index)
+}
+
+// writeSeed writes f's state to dst as the first state of a new cluster:
+// as of raft index index, with clusterID, and without what belonged to the
+// old cluster's members (their published records, the alarms they raised),
+// whose IDs are gone; the new members publish afresh.
+func (f *FSM) writeSeed(dst io.Writer, clusterID, index uint64) (SnapshotStats, error) {
 	f.clusterID = clusterID
 	f.members = map[uint64]*pb.Member{}
-	f.alarms.Store(nil) // raised by the old cluster's members, whose IDs are gone
+	f.alarms.Store(nil)
 	f.applied = index
 	s, err := f.Snapshot()
 	if err != nil {
 		return SnapshotStats{}, err
 	}
 	if err := s.(*snapshot).write(dst); err != nil {
-		return SnapshotStats{}, fmt.Errorf("fsm: write reseeded snapshot: %w", err)
+		return SnapshotStats{}, fmt.Errorf("fsm: write seed snapshot: %w", err)
 	}
 	return SnapshotStats{Revision: f.store.Rev(), Keys: f.store.KeyCount(), Leases: f.LeaseCount()}, nil
 }

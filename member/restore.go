@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/corenode/corenode/etcddb"
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/node"
 )
@@ -29,14 +30,28 @@ type RestoreConfig struct {
 	Logger   *slog.Logger
 }
 
+// RestoreStats describes what Restore restored.
+type RestoreStats struct {
+	fsm.SnapshotStats
+	// Format names the file's format: "etcd" (etcd's backend file, what
+	// etcd's Snapshot RPC streams and corenode's does too) or "corenode"
+	// (the format corenode's Snapshot RPC streamed before it wrote etcd's).
+	Format string
+	// StorageVersion is the storage schema an etcd file declares, from
+	// etcd 3.6 on.
+	StorageVersion string
+}
+
 // Restore builds one member's data directory of a new cluster from a file
-// written by `etcdctl snapshot save`. Run it once per member, with the same
-// file and --initial-cluster, then start every member as for a new cluster:
-// they find existing state, skip bootstrap, and serve every key, revision and
-// lease of the snapshot under a new cluster ID. Lease deadlines restart from
-// the remaining TTLs the snapshot holds.
-func Restore(cfg RestoreConfig) (fsm.SnapshotStats, error) {
-	var stats fsm.SnapshotStats
+// written by `etcdctl snapshot save`, from an etcd member (3.4 to 3.7) or a
+// corenode one. Run it once per member, with the same file and
+// --initial-cluster, then start every member as for a new cluster: they
+// find existing state, skip bootstrap, and serve every key, revision and
+// lease of the snapshot, and its users and roles, under a new cluster ID.
+// Leases restart with the remaining TTL the snapshot recorded if it holds
+// one (a checkpoint), else their whole TTL, as etcd's do.
+func Restore(cfg RestoreConfig) (RestoreStats, error) {
+	var stats RestoreStats
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -52,16 +67,12 @@ func Restore(cfg RestoreConfig) (fsm.SnapshotStats, error) {
 	if err != nil {
 		return stats, err
 	}
-	body, err := verifiedSnapshot(cfg.SnapshotFile)
-	if err != nil {
-		return stats, err
-	}
 	ids := make([]string, len(servers))
 	for i, s := range servers {
 		ids[i] = string(s.ID)
 	}
 	var state bytes.Buffer
-	if stats, err = fsm.Reseed(body, &state, fsm.ClusterIDOf(ids), node.RestoredIndex, cfg.Logger); err != nil {
+	if stats, err = seed(cfg.SnapshotFile, &state, fsm.ClusterIDOf(ids), cfg.Logger); err != nil {
 		return stats, fmt.Errorf("snapshot %s: %w", cfg.SnapshotFile, err)
 	}
 	if err := node.InitLogStore(cfg.DataDir, cfg.LogStore); err != nil {
@@ -73,20 +84,55 @@ func Restore(cfg RestoreConfig) (fsm.SnapshotStats, error) {
 	return stats, nil
 }
 
-// verifiedSnapshot returns the snapshot body after checking the SHA-256 the
-// server appended, so a truncated download fails here rather than as a
-// half-restored cluster.
-func verifiedSnapshot(path string) (io.Reader, error) {
-	data, err := os.ReadFile(path)
+// seed checks the snapshot file at path and writes its state to dst as
+// the first raft snapshot of the cluster clusterID.
+func seed(path string, dst io.Writer, clusterID uint64, logger *slog.Logger) (RestoreStats, error) {
+	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("read snapshot: %w", err)
+		return RestoreStats{}, fmt.Errorf("read snapshot: %w", err)
 	}
-	if len(data) < sha256.Size {
-		return nil, fmt.Errorf("snapshot %s: %d bytes is too short to be a snapshot", path, len(data))
+	defer f.Close()
+	size, err := checkSum(f)
+	if err != nil {
+		return RestoreStats{}, err
 	}
-	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
-	if got := sha256.Sum256(body); !bytes.Equal(got[:], sum) {
-		return nil, fmt.Errorf("snapshot %s: checksum mismatch: the file is damaged or truncated", path)
+	head := make([]byte, 64)
+	n, _ := f.ReadAt(head, 0)
+	if !etcddb.IsBackend(head[:n]) {
+		st, err := fsm.Reseed(io.NewSectionReader(f, 0, size), dst, clusterID, node.RestoredIndex, logger)
+		return RestoreStats{SnapshotStats: st, Format: "corenode"}, err
 	}
-	return bytes.NewReader(body), nil
+	c, info, err := etcddb.Read(path)
+	if err != nil {
+		return RestoreStats{}, err
+	}
+	st, err := fsm.Seed(c, dst, clusterID, node.RestoredIndex, logger)
+	return RestoreStats{SnapshotStats: st, Format: "etcd", StorageVersion: info.StorageVersion}, err
+}
+
+// checkSum checks the SHA-256 that the Snapshot RPC appends (etcd's and
+// corenode's alike) against the rest of the file, so that a truncated
+// download or a damaged file fails here rather than as a half-restored
+// cluster, and returns the length of what it covers.
+func checkSum(f *os.File) (int64, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("read snapshot: %w", err)
+	}
+	size := fi.Size() - sha256.Size
+	if size <= 0 {
+		return 0, fmt.Errorf("%d bytes is too short to be a snapshot", fi.Size())
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, size)); err != nil {
+		return 0, fmt.Errorf("read snapshot: %w", err)
+	}
+	sum := make([]byte, sha256.Size)
+	if _, err := f.ReadAt(sum, size); err != nil {
+		return 0, fmt.Errorf("read snapshot: %w", err)
+	}
+	if !bytes.Equal(h.Sum(nil), sum) {
+		return 0, errors.New("checksum mismatch: the file is damaged or truncated (its SHA-256 does not match the one appended when it was saved)")
+	}
+	return size, nil
 }

@@ -350,7 +350,7 @@ func healthClient(cacert, cert, key string) (*http.Client, error) {
 }
 
 // snapshot implements `corenode snapshot restore`, etcdutl's restore for
-// files that `etcdctl snapshot save` wrote from a corenode member.
+// files that `etcdctl snapshot save` wrote from an etcd or corenode member.
 func snapshot(args []string) int {
 	usage := "usage: corenode snapshot restore FILE --name NAME --data-dir DIR --initial-cluster NAME=URL,... " +
 		"--initial-advertise-peer-urls URL [--initial-cluster-token TOKEN]"
@@ -395,6 +395,6 @@ func snapshot(args []string) int {
 		fmt.Fprintln(os.Stderr, "corenode snapshot restore:", err)
 		return 1
 	}
-	fmt.Printf("restored %s into %s: revision %d, %d keys, %d leases\n", file, *dataDir, stats.Revision, stats.Keys, stats.Leases)
+	fmt.Printf("restored %s (%s snapshot) into %s: revision %d, %d keys, %d leases\n", file, stats.Format, *dataDir, stats.Revision, stats.Keys, stats.Leases)
 	return 0
 }
