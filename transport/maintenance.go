@@ -1,9 +1,12 @@
 package transport
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/url"
 	"slices"
@@ -157,12 +160,13 @@ func (m *maintenanceService) HashKV(ctx context.Context, r *pb.HashKVRequest) (*
 	return &pb.HashKVResponse{Header: m.s.header(nil), Hash: h.Hash, CompactRevision: h.CompactRevision, HashRevision: h.Revision}, nil
 }
 
-// Snapshot streams the leader's state, taken after a leadership check so it
-// holds every write acknowledged before the call (etcd streams the state of
-// the member asked, which may lag), followed by its SHA-256 as etcd appends
-// one, so `corenode snapshot restore` can tell a truncated or damaged file.
-// A follower relays the leader's stream. The bytes are corenode's snapshot
-// format, not a bbolt database: restore them with corenode, not etcdutl.
+// Snapshot streams the leader's state as etcd's backend file, taken after a
+// leadership check so it holds every write acknowledged before the call
+// (etcd streams the state of the member asked, which may lag), followed by
+// its SHA-256 as etcd appends one: what `etcdctl snapshot save` stores is
+// a file that `etcdutl snapshot status` and `restore` take, and that
+// `corenode snapshot restore` takes too. A follower relays the leader's
+// stream.
 func (m *maintenanceService) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_SnapshotServer) error {
 	ctx := srv.Context()
 	if !m.s.node.IsLeader() {
@@ -180,47 +184,57 @@ func (m *maintenanceService) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_
 	if err := m.s.node.ReadBarrier(ctx); err != nil {
 		return mapErr(ctx, err)
 	}
-	meta, rc, err := m.s.node.OpenSnapshot()
+	file, err := m.s.node.ExportSnapshot(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return mapErr(ctx, err)
+		}
 		m.s.log.Error("snapshot for client failed", "err", err)
 		return status.Error(codes.Unavailable, err.Error())
 	}
-	defer rc.Close()
-	h := sha256.New()
-	// etcdctl accepts a download only if its length is a multiple of 512
-	// plus the 32-byte hash, as a bbolt file's would be; zeros pad the
-	// body, and restore ignores what follows the snapshot's end.
-	pad := (512 - meta.Size%512) % 512
-	remaining := uint64(meta.Size+pad) + sha256.Size
-	buf := make([]byte, 64<<10)
-	first := true
-	send := func(b []byte) error {
-		remaining -= uint64(len(b))
-		resp := &pb.SnapshotResponse{RemainingBytes: remaining, Blob: b}
-		if first {
-			resp.Header, resp.Version, first = m.s.header(nil), APIVersion, false
-		}
-		return srv.Send(resp)
+	defer file.Close()
+	// As etcd: RemainingBytes counts the file's bytes still to come, the
+	// SHA-256 goes last on its own with zero remaining, and every message
+	// carries the header and the storage version.
+	out := &snapshotSender{srv: srv, remaining: file.Size(), header: m.s.header(nil), h: sha256.New()}
+	w := bufio.NewWriterSize(out, 64<<10)
+	if _, err := file.WriteTo(w); err != nil {
+		return snapshotErr(err)
 	}
-	for sent := int64(0); sent < meta.Size; {
-		n, err := io.ReadFull(rc, buf[:min(int64(len(buf)), meta.Size-sent)])
-		if err != nil {
-			return status.Errorf(codes.Internal, "corenode: read snapshot %s: %v", meta.ID, err)
-		}
-		h.Write(buf[:n])
-		if err := send(buf[:n]); err != nil {
-			return err
-		}
-		sent += int64(n)
+	if err := w.Flush(); err != nil {
+		return snapshotErr(err)
 	}
-	if pad > 0 {
-		zeros := make([]byte, pad)
-		h.Write(zeros)
-		if err := send(zeros); err != nil {
-			return err
-		}
+	return srv.Send(&pb.SnapshotResponse{Header: out.header, Blob: out.h.Sum(nil), Version: APIVersion})
+}
+
+// snapshotSender sends what is written to it as one SnapshotResponse per
+// write, and hashes it.
+type snapshotSender struct {
+	srv       pb.Maintenance_SnapshotServer
+	remaining int64
+	header    *pb.ResponseHeader
+	h         hash.Hash
+}
+
+func (s *snapshotSender) Write(b []byte) (int, error) {
+	s.h.Write(b)
+	s.remaining -= int64(len(b))
+	if err := s.srv.Send(&pb.SnapshotResponse{Header: s.header, RemainingBytes: uint64(max(s.remaining, 0)), Blob: b, Version: APIVersion}); err != nil {
+		return 0, sendErr{err}
 	}
-	return send(h.Sum(nil))
+	return len(b), nil
+}
+
+// sendErr marks an error of the stream, returned as it is, from one of
+// reading the file.
+type sendErr struct{ error }
+
+func snapshotErr(err error) error {
+	var se sendErr
+	if errors.As(err, &se) {
+		return se.error
+	}
+	return status.Errorf(codes.Internal, "corenode: read the snapshot file: %v", err)
 }
 
 func (m *maintenanceService) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
