@@ -151,7 +151,9 @@ func read(tx *bolt.Tx) (c fsm.Contents, info Info, err error) {
 // readKeys reads the key bucket in revision order, and the newest revision
 // it names.
 func readKeys(b *bolt.Bucket) ([]kv.Record, int64, error) {
-	var recs []kv.Record
+	// Counting first walks the bucket's pages, not its values: far less
+	// than growing a slice of a million records as they come.
+	recs := make([]kv.Record, 0, b.Stats().KeyN)
 	var last int64
 	cur := b.Cursor()
 	for k, v := cur.First(); k != nil; k, v = cur.Next() {

@@ -84,6 +84,22 @@ func (sn *Snapshot) Records() iter.Seq[Record] {
 	}
 }
 
+// LiveKeys is the number of keys the snapshot's store holds at its
+// revision: those whose newest record is not a deletion.
+func (sn *Snapshot) LiveKeys() int {
+	live := make(map[string]bool, len(sn.log))
+	for _, r := range sn.log {
+		live[string(r.kv.Key)] = !r.tomb
+	}
+	n := 0
+	for _, l := range live {
+		if l {
+			n++
+		}
+	}
+	return n
+}
+
 // Load replaces the whole state with sn's, as Restore does with a snapshot
 // file (watchers resume the same way). sn stays usable: the store keeps
 // copies of its records.

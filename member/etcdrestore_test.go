@@ -37,10 +37,14 @@ func TestRestoreEtcdSnapshot(t *testing.T) {
 		data[len(data)/2] ^= 1
 		bad := filepath.Join(t.TempDir(), "damaged.db")
 		os.WriteFile(bad, data, 0o600)
-		_, err = member.Restore(member.RestoreConfig{SnapshotFile: bad, Name: "a", DataDir: filepath.Join(t.TempDir(), "a"),
+		dataDir := filepath.Join(t.TempDir(), "a")
+		_, err = member.Restore(member.RestoreConfig{SnapshotFile: bad, Name: "a", DataDir: dataDir,
 			InitialCluster: "a=http://127.0.0.1:1", InitialAdvertisePeerURLs: []string{"http://127.0.0.1:1"}})
 		if err == nil || !strings.Contains(err.Error(), "checksum mismatch") || strings.Contains(err.Error(), "\n") {
 			t.Fatalf("restore of a damaged file: %v; want one line saying the checksum does not match", err)
+		}
+		if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+			t.Errorf("a refused restore left its data dir behind: %v", err)
 		}
 	})
 

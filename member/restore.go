@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 
 	"github.com/corenode/corenode/etcddb"
 	"github.com/corenode/corenode/fsm"
@@ -50,15 +51,16 @@ type RestoreStats struct {
 // lease of the snapshot, and its users and roles, under a new cluster ID.
 // Leases restart with the remaining TTL the snapshot recorded if it holds
 // one (a checkpoint), else their whole TTL, as etcd's do.
-func Restore(cfg RestoreConfig) (RestoreStats, error) {
-	var stats RestoreStats
+func Restore(cfg RestoreConfig) (stats RestoreStats, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.InitialClusterToken == "" {
 		cfg.InitialClusterToken = "corenode-cluster"
 	}
-	if entries, err := os.ReadDir(cfg.DataDir); err == nil && len(entries) > 0 {
+	entries, err := os.ReadDir(cfg.DataDir)
+	existed := err == nil
+	if existed && len(entries) > 0 {
 		return stats, fmt.Errorf("data dir %s is not empty; restore only into a new directory", cfg.DataDir)
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return stats, fmt.Errorf("data dir: %w", err)
@@ -71,43 +73,71 @@ func Restore(cfg RestoreConfig) (RestoreStats, error) {
 	for i, s := range servers {
 		ids[i] = string(s.ID)
 	}
-	var state bytes.Buffer
-	if stats, err = seed(cfg.SnapshotFile, &state, fsm.ClusterIDOf(ids), cfg.Logger); err != nil {
+	c, stats, err := readBackup(cfg.SnapshotFile, cfg.Logger)
+	if err != nil {
 		return stats, fmt.Errorf("snapshot %s: %w", cfg.SnapshotFile, err)
 	}
+
+	// The file is sound: from here on a failure (a full disk) leaves the
+	// data dir as it was found.
+	defer func() {
+		if err == nil {
+			return
+		}
+		if !existed {
+			os.RemoveAll(cfg.DataDir)
+			return
+		}
+		entries, _ := os.ReadDir(cfg.DataDir)
+		for _, e := range entries {
+			os.RemoveAll(filepath.Join(cfg.DataDir, e.Name()))
+		}
+	}()
 	if err := node.InitLogStore(cfg.DataDir, cfg.LogStore); err != nil {
 		return stats, err
 	}
-	if err := node.WriteRestoredSnapshot(cfg.DataDir, servers, &state); err != nil {
-		return stats, err
+	// The state is encoded as it is stored, not first in memory.
+	pr, pw := io.Pipe()
+	type seeded struct {
+		st  fsm.SnapshotStats
+		err error
 	}
-	return stats, nil
+	done := make(chan seeded, 1)
+	go func() {
+		st, err := fsm.Seed(c, pw, fsm.ClusterIDOf(ids), node.RestoredIndex)
+		pw.CloseWithError(err)
+		done <- seeded{st, err}
+	}()
+	err = node.WriteRestoredSnapshot(cfg.DataDir, servers, pr)
+	pr.CloseWithError(err) // a failed write stops the encoding
+	res := <-done
+	stats.SnapshotStats = res.st
+	if res.err != nil {
+		return stats, fmt.Errorf("snapshot %s: %w", cfg.SnapshotFile, res.err)
+	}
+	return stats, err
 }
 
-// seed checks the snapshot file at path and writes its state to dst as
-// the first raft snapshot of the cluster clusterID.
-func seed(path string, dst io.Writer, clusterID uint64, logger *slog.Logger) (RestoreStats, error) {
+// readBackup checks the snapshot file at path and reads the state it
+// holds, in either format.
+func readBackup(path string, logger *slog.Logger) (fsm.Contents, RestoreStats, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return RestoreStats{}, fmt.Errorf("read snapshot: %w", err)
+		return fsm.Contents{}, RestoreStats{}, fmt.Errorf("read snapshot: %w", err)
 	}
 	defer f.Close()
 	size, err := checkSum(f)
 	if err != nil {
-		return RestoreStats{}, err
+		return fsm.Contents{}, RestoreStats{}, err
 	}
 	head := make([]byte, 64)
 	n, _ := f.ReadAt(head, 0)
 	if !etcddb.IsBackend(head[:n]) {
-		st, err := fsm.Reseed(io.NewSectionReader(f, 0, size), dst, clusterID, node.RestoredIndex, logger)
-		return RestoreStats{SnapshotStats: st, Format: "corenode"}, err
+		c, err := fsm.ReadSnapshot(io.NewSectionReader(f, 0, size), logger)
+		return c, RestoreStats{Format: "corenode"}, err
 	}
 	c, info, err := etcddb.Read(path)
-	if err != nil {
-		return RestoreStats{}, err
-	}
-	st, err := fsm.Seed(c, dst, clusterID, node.RestoredIndex, logger)
-	return RestoreStats{SnapshotStats: st, Format: "etcd", StorageVersion: info.StorageVersion}, err
+	return c, RestoreStats{Format: "etcd", StorageVersion: info.StorageVersion}, err
 }
 
 // checkSum checks the SHA-256 that the Snapshot RPC appends (etcd's and
