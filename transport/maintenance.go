@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash"
-	"io"
 	"net/url"
 	"slices"
 
@@ -16,9 +15,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/corenode/corenode/etcddb"
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/kv"
 )
@@ -160,37 +159,28 @@ func (m *maintenanceService) HashKV(ctx context.Context, r *pb.HashKVRequest) (*
 	return &pb.HashKVResponse{Header: m.s.header(nil), Hash: h.Hash, CompactRevision: h.CompactRevision, HashRevision: h.Revision}, nil
 }
 
-// Snapshot streams the leader's state as etcd's backend file, taken after a
-// leadership check so it holds every write acknowledged before the call
-// (etcd streams the state of the member asked, which may lag), followed by
-// its SHA-256 as etcd appends one: what `etcdctl snapshot save` stores is
-// a file that `etcdutl snapshot status` and `restore` take, and that
-// `corenode snapshot restore` takes too. A follower relays the leader's
-// stream.
+// Snapshot streams this member's state as etcd's backend file, followed by
+// its SHA-256 as etcd appends one: what `etcdctl snapshot save` stores is a
+// file that `etcdutl snapshot status` and `restore` take, and that
+// `corenode snapshot restore` takes too. As etcd, the member asked answers
+// from its own state, so a save costs the leader nothing; unlike etcd's,
+// that state is taken once it holds every write acknowledged before the
+// call (a read index, as for a linearizable read), never a lagging one.
 func (m *maintenanceService) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_SnapshotServer) error {
 	ctx := srv.Context()
-	if !m.s.node.IsLeader() {
-		if isForwarded(ctx) {
-			return rpctypes.ErrGRPCNotLeader
-		}
-		conn, err := m.s.leaderConn(ctx)
-		if err != nil {
-			return err
-		}
-		if conn != nil {
-			return relaySnapshot(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), conn, r, srv)
-		}
+	if m.s.corrupt() {
+		return rpctypes.ErrGRPCCorrupt
 	}
-	if err := m.s.node.ReadBarrier(ctx); err != nil {
-		return mapErr(ctx, err)
-	}
-	file, err := m.s.node.ExportSnapshot(ctx)
+	file, err := linearizable(m.s, ctx, func() (*etcddb.File, error) {
+		f, err := m.s.node.ExportSnapshot(ctx)
+		if err != nil && ctx.Err() == nil {
+			m.s.log.Error("snapshot for client failed", "err", err)
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+		return f, err
+	})
 	if err != nil {
-		if ctx.Err() != nil {
-			return mapErr(ctx, err)
-		}
-		m.s.log.Error("snapshot for client failed", "err", err)
-		return status.Error(codes.Unavailable, err.Error())
+		return mapErr(ctx, err)
 	}
 	defer file.Close()
 	// As etcd: RemainingBytes counts the file's bytes still to come, the
@@ -251,23 +241,4 @@ func (m *maintenanceService) MoveLeader(ctx context.Context, r *pb.MoveLeaderReq
 
 func (m *maintenanceService) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "corenode: Downgrade is not supported")
-}
-
-func relaySnapshot(ctx context.Context, conn *grpc.ClientConn, r *pb.SnapshotRequest, srv pb.Maintenance_SnapshotServer) error {
-	stream, err := pb.NewMaintenanceClient(conn).Snapshot(ctx, r)
-	if err != nil {
-		return err
-	}
-	for {
-		resp, err := stream.Recv()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := srv.Send(resp); err != nil {
-			return err
-		}
-	}
 }
