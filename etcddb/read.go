@@ -218,42 +218,34 @@ func readAuth(tx *bolt.Tx) (auth.State, error) {
 		}
 		st.Revision = max(rev, 1)
 	}
-	err := forEachMessage(tx.Bucket(bucketAuthUsers), "user", func(name, v []byte) error {
-		u := &authpb.User{}
-		if err := u.Unmarshal(v); err != nil {
-			return err
-		}
-		if string(u.Name) != string(name) {
-			return fmt.Errorf("named %q", u.Name)
-		}
-		st.Users = append(st.Users, u)
-		return nil
-	})
-	if err != nil {
+	var err error
+	if st.Users, err = readNamed(tx.Bucket(bucketAuthUsers), "user", func(u *authpb.User) []byte { return u.Name }); err != nil {
 		return st, err
 	}
-	err = forEachMessage(tx.Bucket(bucketAuthRoles), "role", func(name, v []byte) error {
-		r := &authpb.Role{}
-		if err := r.Unmarshal(v); err != nil {
-			return err
-		}
-		if string(r.Name) != string(name) {
-			return fmt.Errorf("named %q", r.Name)
-		}
-		st.Roles = append(st.Roles, r)
-		return nil
-	})
+	st.Roles, err = readNamed(tx.Bucket(bucketAuthRoles), "role", func(r *authpb.Role) []byte { return r.Name })
 	return st, err
 }
 
-func forEachMessage(b *bolt.Bucket, what string, fn func(name, v []byte) error) error {
+// readNamed reads a bucket of messages kept under their names, as etcd
+// keeps users and roles.
+func readNamed[M any, PM interface {
+	*M
+	Unmarshal([]byte) error
+}](b *bolt.Bucket, what string, name func(PM) []byte) ([]PM, error) {
 	if b == nil {
-		return nil
+		return nil, nil
 	}
-	return b.ForEach(func(k, v []byte) error {
-		if err := fn(k, v); err != nil {
+	var out []PM
+	err := b.ForEach(func(k, v []byte) error {
+		m := PM(new(M))
+		if err := m.Unmarshal(v); err != nil {
 			return fmt.Errorf("%w: %s %q: %v", ErrCorrupt, what, k, err)
 		}
+		if n := name(m); string(n) != string(k) {
+			return fmt.Errorf("%w: %s under %q is named %q", ErrCorrupt, what, k, n)
+		}
+		out = append(out, m)
 		return nil
 	})
+	return out, err
 }

@@ -2,6 +2,7 @@ package member_test
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -45,6 +46,24 @@ func TestRestoreEtcdSnapshot(t *testing.T) {
 		}
 		if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
 			t.Errorf("a refused restore left its data dir behind: %v", err)
+		}
+	})
+
+	t.Run("a db file without its SHA-256 needs --skip-hash-check", func(t *testing.T) {
+		data, err := os.ReadFile(etcdSnapshot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		db := filepath.Join(t.TempDir(), "db")
+		os.WriteFile(db, data[:len(data)-sha256.Size], 0o600)
+		cfg := member.RestoreConfig{SnapshotFile: db, Name: "a", DataDir: filepath.Join(t.TempDir(), "a"),
+			InitialCluster: "a=http://127.0.0.1:1", InitialAdvertisePeerURLs: []string{"http://127.0.0.1:1"}}
+		if _, err := member.Restore(cfg); err == nil || !strings.Contains(err.Error(), "--skip-hash-check") {
+			t.Fatalf("restore of a file without its SHA-256: %v; want a pointer to --skip-hash-check", err)
+		}
+		cfg.SkipHashCheck = true
+		if stats, err := member.Restore(cfg); err != nil || stats.Keys != 22 || stats.Revision != 27 {
+			t.Fatalf("restore with --skip-hash-check: %+v %v", stats, err)
 		}
 	})
 

@@ -28,7 +28,12 @@ type RestoreConfig struct {
 	// node.LogStoreBoltDB; empty for node.DefaultLogStore): the member
 	// started on the data dir keeps it.
 	LogStore string
-	Logger   *slog.Logger
+	// SkipHashCheck restores a file with no SHA-256 at its end, such as an
+	// etcd member's member/snap/db, as `etcdutl snapshot restore
+	// --skip-hash-check` does: unchecked, so a damaged file may restore
+	// damaged state, or stop bbolt partway.
+	SkipHashCheck bool
+	Logger        *slog.Logger
 }
 
 // RestoreStats describes what Restore restored.
@@ -73,7 +78,7 @@ func Restore(cfg RestoreConfig) (stats RestoreStats, err error) {
 	for i, s := range servers {
 		ids[i] = string(s.ID)
 	}
-	c, stats, err := readBackup(cfg.SnapshotFile, cfg.Logger)
+	c, stats, err := readBackup(cfg.SnapshotFile, cfg.SkipHashCheck, cfg.Logger)
 	if err != nil {
 		return stats, fmt.Errorf("snapshot %s: %w", cfg.SnapshotFile, err)
 	}
@@ -120,13 +125,13 @@ func Restore(cfg RestoreConfig) (stats RestoreStats, err error) {
 
 // readBackup checks the snapshot file at path and reads the state it
 // holds, in either format.
-func readBackup(path string, logger *slog.Logger) (fsm.Contents, RestoreStats, error) {
+func readBackup(path string, skipHashCheck bool, logger *slog.Logger) (fsm.Contents, RestoreStats, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return fsm.Contents{}, RestoreStats{}, fmt.Errorf("read snapshot: %w", err)
 	}
 	defer f.Close()
-	size, err := checkSum(f)
+	size, err := checkSum(f, skipHashCheck)
 	if err != nil {
 		return fsm.Contents{}, RestoreStats{}, err
 	}
@@ -143,11 +148,20 @@ func readBackup(path string, logger *slog.Logger) (fsm.Contents, RestoreStats, e
 // checkSum checks the SHA-256 that the Snapshot RPC appends (etcd's and
 // corenode's alike) against the rest of the file, so that a truncated
 // download or a damaged file fails here rather than as a half-restored
-// cluster, and returns the length of what it covers.
-func checkSum(f *os.File) (int64, error) {
+// cluster, and returns the length of what it covers. With skip it checks
+// nothing, and the hash is there if the file's length says so (etcd's
+// rule: a snapshot is a multiple of 512 bytes, and the hash).
+func checkSum(f *os.File, skip bool) (int64, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return 0, fmt.Errorf("read snapshot: %w", err)
+	}
+	hashed := fi.Size()%512 == sha256.Size
+	if skip {
+		if hashed {
+			return fi.Size() - sha256.Size, nil
+		}
+		return fi.Size(), nil
 	}
 	size := fi.Size() - sha256.Size
 	if size <= 0 {
@@ -162,6 +176,9 @@ func checkSum(f *os.File) (int64, error) {
 		return 0, fmt.Errorf("read snapshot: %w", err)
 	}
 	if !bytes.Equal(h.Sum(nil), sum) {
+		if fi.Size()%512 == 0 {
+			return 0, errors.New("no SHA-256 at the end of the file: not what etcdctl snapshot save writes (an etcd member's db file?); --skip-hash-check restores it unchecked")
+		}
 		return 0, errors.New("checksum mismatch: the file is damaged or truncated (its SHA-256 does not match the one appended when it was saved)")
 	}
 	return size, nil
