@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"go.etcd.io/etcd/api/v3/authpb"
 )
@@ -17,7 +18,10 @@ import (
 //	uvarint  user count, then per user: uvarint length, authpb.User
 //	uvarint  role count, then per role: uvarint length, authpb.Role
 func (s *Store) Marshal() ([]byte, error) {
-	st := s.cur.Load()
+	return marshalState(s.cur.Load())
+}
+
+func marshalState(st *state) ([]byte, error) {
 	b := []byte{0}
 	if st.enabled {
 		b[0] = 1
@@ -117,4 +121,57 @@ func unmarshalState(b []byte) (*state, error) {
 	}
 	st.perms = mergeAll(st.users, st.roles)
 	return st, nil
+}
+
+// State is the replicated auth state as etcd's backend holds it: the auth
+// bucket's enabled flag and revision, and the messages of the authUsers and
+// authRoles buckets, each list in name order.
+type State struct {
+	Enabled  bool
+	Revision uint64
+	Users    []*authpb.User
+	Roles    []*authpb.Role
+}
+
+// State returns the replicated state. The messages are the store's, shared
+// with readers: the caller must not change them.
+func (s *Store) State() State {
+	st := s.cur.Load()
+	out := State{Enabled: st.enabled, Revision: st.revision}
+	for _, name := range sortedKeys(st.users) {
+		out.Users = append(out.Users, st.users[name])
+	}
+	for _, name := range sortedKeys(st.roles) {
+		out.Roles = append(out.Roles, st.roles[name])
+	}
+	return out
+}
+
+// Marshal encodes st as Store.Marshal does, for Restore. Users' roles and
+// roles' permissions are put in the order the store keeps them (another
+// system's backup may hold them in its own); a name given twice, or a user
+// or role without one, is refused.
+func (st State) Marshal() ([]byte, error) {
+	if st.Revision == 0 {
+		return nil, fmt.Errorf("%w: auth revision 0", errBadState)
+	}
+	in := &state{enabled: st.Enabled, revision: st.Revision, users: map[string]*authpb.User{}, roles: map[string]*authpb.Role{}}
+	for _, u := range st.Users {
+		if len(u.Name) == 0 || in.users[string(u.Name)] != nil {
+			return nil, fmt.Errorf("%w: user %q empty or repeated", errBadState, u.Name)
+		}
+		nu := cloneUser(u)
+		slices.Sort(nu.Roles)
+		nu.Roles = slices.Compact(nu.Roles)
+		in.users[string(u.Name)] = nu
+	}
+	for _, r := range st.Roles {
+		if len(r.Name) == 0 || in.roles[string(r.Name)] != nil {
+			return nil, fmt.Errorf("%w: role %q empty or repeated", errBadState, r.Name)
+		}
+		nr := cloneRole(r)
+		slices.SortStableFunc(nr.KeyPermission, comparePerm)
+		in.roles[string(r.Name)] = nr
+	}
+	return marshalState(in)
 }

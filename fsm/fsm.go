@@ -825,26 +825,13 @@ type SnapshotStats struct {
 	Leases   int
 }
 
-// Reseed reads a snapshot from src, checking it decodes completely, and
-// writes it to dst as the first state of a new cluster: as of raft index
-// index of the new log, with clusterID and without the old cluster's
-// published members, which the new members publish afresh. Keys, revisions
-// and leases are kept.
-func Reseed(src io.Reader, dst io.Writer, clusterID, index uint64, logger *slog.Logger) (SnapshotStats, error) {
+// ReadSnapshot reads a corenode snapshot from src, checking that it
+// decodes completely, and returns what a new cluster seeded from it keeps
+// (see Contents and Seed).
+func ReadSnapshot(src io.Reader, logger *slog.Logger) (Contents, error) {
 	f := New(logger, nil, nil)
 	if err := f.Restore(io.NopCloser(src)); err != nil {
-		return SnapshotStats{}, err
+		return Contents{}, err
 	}
-	f.clusterID = clusterID
-	f.members = map[uint64]*pb.Member{}
-	f.alarms.Store(nil) // raised by the old cluster's members, whose IDs are gone
-	f.applied = index
-	s, err := f.Snapshot()
-	if err != nil {
-		return SnapshotStats{}, err
-	}
-	if err := s.(*snapshot).write(dst); err != nil {
-		return SnapshotStats{}, fmt.Errorf("fsm: write reseeded snapshot: %w", err)
-	}
-	return SnapshotStats{Revision: f.store.Rev(), Keys: f.store.KeyCount(), Leases: f.LeaseCount()}, nil
+	return f.Contents(), nil
 }

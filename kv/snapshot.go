@@ -2,7 +2,6 @@ package kv
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -224,8 +223,8 @@ func readSnapshot(r io.Reader) (rev, compactRev int64, log []*record, err error)
 		if d.err != nil {
 			break
 		}
-		if rec.kv.ModRevision > rev {
-			d.fail("record at revision %d beyond store revision %d", rec.kv.ModRevision, rev)
+		if err := checkRecord(prev, rec, rev); err != nil {
+			d.err = err
 			break
 		}
 		log = append(log, rec)
@@ -335,19 +334,10 @@ func (d *decoder) record(prev *record) *record {
 	}
 	r.kv.ModRevision = prevRev + d.int()
 	r.sub = d.int()
-	key := d.bytes()
+	r.kv.Key = d.bytes()
 	if d.err != nil {
 		return nil
 	}
-	if len(key) == 0 {
-		d.fail("empty key")
-		return nil
-	}
-	if prev != nil && !prev.before(r) || r.kv.ModRevision < 1 {
-		d.fail("record (%d,%d) out of order", r.kv.ModRevision, r.sub)
-		return nil
-	}
-	r.kv.Key = key
 	if r.tomb {
 		return r
 	}
@@ -361,8 +351,5 @@ func (d *decoder) record(prev *record) *record {
 		r.kv.Lease = lease
 	}
 	r.kv.Value = d.bytes()
-	if d.err == nil && (r.kv.CreateRevision < 1 || r.kv.CreateRevision > r.kv.ModRevision || r.kv.Version < 1) {
-		d.fail("record of %q at %d: create %d version %d", bytes.Clone(key), r.kv.ModRevision, r.kv.CreateRevision, r.kv.Version)
-	}
 	return r
 }

@@ -2,6 +2,7 @@ package member_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/corenode/corenode/member"
 	"github.com/corenode/corenode/member/membertest"
@@ -19,8 +22,9 @@ import (
 )
 
 // TestSnapshotRestore saves a snapshot over the Maintenance API, as
-// `etcdctl snapshot save` does, and builds a new three-member cluster from
-// it: every key, revision and lease is there, under a new cluster ID.
+// `etcdctl snapshot save` does (in etcd's format), and builds a new
+// three-member cluster from it: every key, revision and lease is there,
+// under a new cluster ID.
 func TestSnapshotRestore(t *testing.T) {
 	old := membertest.New(t, 3)
 	cli := old.Client()
@@ -89,8 +93,8 @@ func TestSnapshotRestore(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(cfg.DataDir, held[stores[i]])); err != nil {
 			t.Fatalf("restore member %d with log store %q: %v", i, stores[i], err)
 		}
-		if stats.Keys != len(before.Kvs) || stats.Leases != 1 || stats.Revision != before.Header.Revision {
-			t.Fatalf("restore stats %+v, want %d keys, 1 lease, revision %d", stats, len(before.Kvs), before.Header.Revision)
+		if stats.Format != "etcd" || stats.Keys != len(before.Kvs) || stats.Leases != 1 || stats.Revision != before.Header.Revision {
+			t.Fatalf("restore stats %+v, want etcd's format, %d keys, 1 lease, revision %d", stats, len(before.Kvs), before.Header.Revision)
 		}
 	}))
 	for i := range 3 {
@@ -153,5 +157,38 @@ func saveSnapshot(t *testing.T, ctx context.Context, cli *clientv3.Client, file 
 	defer f.Close()
 	if _, err := io.Copy(f, rc); err != nil {
 		t.Fatalf("snapshot stream: %v", err)
+	}
+}
+
+// TestRestoreCorenodeSnapshot restores a file that `etcdctl snapshot save`
+// wrote from corenode before its Snapshot RPC streamed etcd's format
+// (testdata/corenode-v5.snap: corenode's snapshot format, version 5, and
+// its SHA-256): old/2 to old/10 at revisions 3 to 11 (old/1 deleted at
+// 12), old/leased at 13 under a 900 s lease, compacted at 5, user root
+// (password rootpw), auth on.
+func TestRestoreCorenodeSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	c := membertest.New(t, 1, membertest.WithConfig(func(i int, cfg *member.Config) {
+		cfg.DataDir = filepath.Join(dir, cfg.Name)
+		stats, err := member.Restore(member.RestoreConfig{SnapshotFile: filepath.Join("testdata", "corenode-v5.snap"), Name: cfg.Name,
+			DataDir: cfg.DataDir, InitialCluster: cfg.InitialCluster, InitialAdvertisePeerURLs: cfg.InitialAdvertisePeerURLs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stats.Format != "corenode" || stats.Keys != 10 || stats.Revision != 13 || stats.Leases != 1 {
+			t.Fatalf("restore stats %+v, want corenode's format, 10 keys, revision 13, 1 lease", stats)
+		}
+	}))
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cli := loginAs(t, clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()}, "root", "rootpw")
+	defer cli.Close()
+	all, err := cli.Get(ctx, "old/", clientv3.WithPrefix())
+	if err != nil || len(all.Kvs) != 10 || all.Header.Revision != 13 {
+		t.Fatalf("restored: %v %v, want 10 keys at revision 13", all, err)
+	}
+	if _, err := cli.Get(ctx, "old/2", clientv3.WithRev(4)); !errors.Is(err, rpctypes.ErrCompacted) {
+		t.Errorf("a read before the compaction at 5: %v", err)
 	}
 }

@@ -1,10 +1,12 @@
 package transport
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
-	"io"
+	"hash"
 	"net/url"
 	"regexp"
 	"slices"
@@ -14,9 +16,9 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/corenode/corenode/etcddb"
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/kv"
 )
@@ -163,70 +165,72 @@ func (m *maintenanceService) HashKV(ctx context.Context, r *pb.HashKVRequest) (*
 	return &pb.HashKVResponse{Header: m.s.header(nil), Hash: h.Hash, CompactRevision: h.CompactRevision, HashRevision: h.Revision}, nil
 }
 
-// Snapshot streams the leader's state, taken after a leadership check so it
-// holds every write acknowledged before the call (etcd streams the state of
-// the member asked, which may lag), followed by its SHA-256 as etcd appends
-// one, so `corenode snapshot restore` can tell a truncated or damaged file.
-// A follower relays the leader's stream. The bytes are corenode's snapshot
-// format, not a bbolt database: restore them with corenode, not etcdutl.
+// Snapshot streams this member's state as etcd's backend file, followed by
+// its SHA-256 as etcd appends one: what `etcdctl snapshot save` stores is a
+// file that `etcdutl snapshot status` and `restore` take, and that
+// `corenode snapshot restore` takes too. As etcd, the member asked answers
+// from its own state, so a save costs the leader nothing; unlike etcd's,
+// that state is taken once it holds every write acknowledged before the
+// call (a read index, as for a linearizable read), never a lagging one.
 func (m *maintenanceService) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_SnapshotServer) error {
 	ctx := srv.Context()
-	if !m.s.node.IsLeader() {
-		if isForwarded(ctx) {
-			return rpctypes.ErrGRPCNotLeader
-		}
-		conn, err := m.s.leaderConn(ctx)
-		if err != nil {
-			return err
-		}
-		if conn != nil {
-			return relaySnapshot(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), conn, r, srv)
-		}
+	if m.s.corrupt() {
+		return rpctypes.ErrGRPCCorrupt
 	}
-	if err := m.s.node.ReadBarrier(ctx); err != nil {
+	file, err := linearizable(m.s, ctx, func() (*etcddb.File, error) {
+		f, err := m.s.node.ExportSnapshot(ctx)
+		if err != nil && ctx.Err() == nil {
+			m.s.log.Error("snapshot for client failed", "err", err)
+			return nil, status.Error(codes.Unavailable, err.Error())
+		}
+		return f, err
+	})
+	if err != nil {
 		return mapErr(ctx, err)
 	}
-	meta, rc, err := m.s.node.OpenSnapshot()
-	if err != nil {
-		m.s.log.Error("snapshot for client failed", "err", err)
-		return status.Error(codes.Unavailable, err.Error())
+	defer file.Close()
+	// As etcd: RemainingBytes counts the file's bytes still to come, the
+	// SHA-256 goes last on its own with zero remaining, and every message
+	// carries the header and the storage version.
+	out := &snapshotSender{srv: srv, remaining: file.Size(), header: m.s.header(nil), h: sha256.New()}
+	w := bufio.NewWriterSize(out, 64<<10)
+	if _, err := file.WriteTo(w); err != nil {
+		return snapshotErr(err)
 	}
-	defer rc.Close()
-	h := sha256.New()
-	// etcdctl accepts a download only if its length is a multiple of 512
-	// plus the 32-byte hash, as a bbolt file's would be; zeros pad the
-	// body, and restore ignores what follows the snapshot's end.
-	pad := (512 - meta.Size%512) % 512
-	remaining := uint64(meta.Size+pad) + sha256.Size
-	buf := make([]byte, 64<<10)
-	first := true
-	send := func(b []byte) error {
-		remaining -= uint64(len(b))
-		resp := &pb.SnapshotResponse{RemainingBytes: remaining, Blob: b}
-		if first {
-			resp.Header, resp.Version, first = m.s.header(nil), APIVersion, false
-		}
-		return srv.Send(resp)
+	if err := w.Flush(); err != nil {
+		return snapshotErr(err)
 	}
-	for sent := int64(0); sent < meta.Size; {
-		n, err := io.ReadFull(rc, buf[:min(int64(len(buf)), meta.Size-sent)])
-		if err != nil {
-			return status.Errorf(codes.Internal, "corenode: read snapshot %s: %v", meta.ID, err)
-		}
-		h.Write(buf[:n])
-		if err := send(buf[:n]); err != nil {
-			return err
-		}
-		sent += int64(n)
+	return srv.Send(&pb.SnapshotResponse{Header: out.header, Blob: out.h.Sum(nil), Version: APIVersion})
+}
+
+// snapshotSender sends what is written to it as one SnapshotResponse per
+// write, and hashes it.
+type snapshotSender struct {
+	srv       pb.Maintenance_SnapshotServer
+	remaining int64
+	header    *pb.ResponseHeader
+	h         hash.Hash
+}
+
+func (s *snapshotSender) Write(b []byte) (int, error) {
+	s.h.Write(b)
+	s.remaining -= int64(len(b))
+	if err := s.srv.Send(&pb.SnapshotResponse{Header: s.header, RemainingBytes: uint64(max(s.remaining, 0)), Blob: b, Version: APIVersion}); err != nil {
+		return 0, sendErr{err}
 	}
-	if pad > 0 {
-		zeros := make([]byte, pad)
-		h.Write(zeros)
-		if err := send(zeros); err != nil {
-			return err
-		}
+	return len(b), nil
+}
+
+// sendErr marks an error of the stream, returned as it is, from one of
+// reading the file.
+type sendErr struct{ error }
+
+func snapshotErr(err error) error {
+	var se sendErr
+	if errors.As(err, &se) {
+		return se.error
 	}
-	return send(h.Sum(nil))
+	return status.Errorf(codes.Internal, "corenode: read the snapshot file: %v", err)
 }
 
 func (m *maintenanceService) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
@@ -263,22 +267,3 @@ func (m *maintenanceService) Downgrade(ctx context.Context, r *pb.DowngradeReque
 // downgradeTarget is the form etcd takes a downgrade target in: a cluster
 // version, MAJOR.MINOR, with an optional .PATCH.
 var downgradeTarget = regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+)?$`)
-
-func relaySnapshot(ctx context.Context, conn *grpc.ClientConn, r *pb.SnapshotRequest, srv pb.Maintenance_SnapshotServer) error {
-	stream, err := pb.NewMaintenanceClient(conn).Snapshot(ctx, r)
-	if err != nil {
-		return err
-	}
-	for {
-		resp, err := stream.Recv()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := srv.Send(resp); err != nil {
-			return err
-		}
-	}
-}

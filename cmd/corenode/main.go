@@ -384,10 +384,10 @@ func healthClient(cacert, cert, key string) (*http.Client, error) {
 }
 
 // snapshot implements `corenode snapshot restore`, etcdutl's restore for
-// files that `etcdctl snapshot save` wrote from a corenode member.
+// files that `etcdctl snapshot save` wrote from an etcd or corenode member.
 func snapshot(args []string) int {
 	usage := "usage: corenode snapshot restore FILE --name NAME --data-dir DIR --initial-cluster NAME=URL,... " +
-		"--initial-advertise-peer-urls URL [--initial-cluster-token TOKEN]"
+		"--initial-advertise-peer-urls URL [--initial-cluster-token TOKEN] [--skip-hash-check]"
 	if len(args) == 0 || args[0] != "restore" {
 		fmt.Fprintln(os.Stderr, usage)
 		return 2
@@ -404,6 +404,7 @@ func snapshot(args []string) int {
 	token := fs.String("initial-cluster-token", "corenode-cluster", "token of the new cluster")
 	advertise := fs.String("initial-advertise-peer-urls", "http://127.0.0.1:2380", "this member's peer URL in the new cluster")
 	logStore := fs.String("log-store", node.DefaultLogStore, "raft log store to create, "+node.LogStoreWAL+" or "+node.LogStoreBoltDB+"; the member started on the data dir keeps it")
+	skipHashCheck := fs.Bool("skip-hash-check", false, "restore a file without the SHA-256 a snapshot ends with (an etcd member's member/snap/db), unchecked")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -422,13 +423,13 @@ func snapshot(args []string) int {
 	}
 	stats, err := member.Restore(member.RestoreConfig{
 		SnapshotFile: file, Name: *name, DataDir: *dataDir, InitialCluster: *initialCluster,
-		InitialClusterToken: *token, InitialAdvertisePeerURLs: splitURLs(*advertise), LogStore: *logStore,
+		InitialClusterToken: *token, InitialAdvertisePeerURLs: splitURLs(*advertise), LogStore: *logStore, SkipHashCheck: *skipHashCheck,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "corenode snapshot restore:", err)
 		return 1
 	}
-	fmt.Printf("restored %s into %s: revision %d, %d keys, %d leases\n", file, *dataDir, stats.Revision, stats.Keys, stats.Leases)
+	fmt.Printf("restored %s (%s snapshot) into %s: revision %d, %d keys, %d leases\n", file, stats.Format, *dataDir, stats.Revision, stats.Keys, stats.Leases)
 	return 0
 }
