@@ -3,6 +3,7 @@ package member_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -279,6 +280,13 @@ func expiryBoundWhileMoving(t *testing.T, ttl int64, every, bound time.Duration)
 			leader := c.WaitLeader()
 			to := (leader + 1) % 3
 			if _, err := c.Client(leader).MoveLeader(ctx, c.Members[to].ID()); err != nil {
+				// A transfer must finish within an election timeout (500 ms
+				// here); on a loaded machine one may not, and the leader
+				// stays: the next tick moves it.
+				if strings.Contains(err.Error(), "leader transfer took too long") {
+					t.Logf("move leader: %v", err)
+					continue
+				}
 				t.Fatalf("move leader: %v", err)
 			}
 			moves++

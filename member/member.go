@@ -410,6 +410,7 @@ func Start(cfg Config) (*Member, error) {
 		transport.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps, QuotaBackendBytes: quota},
 		cfg.ElectionTimeout, logger)
 	m.server.SetWatchProgressNotifyInterval(cfg.WatchProgressNotify)
+	m.node.SetPeerAges(m.server)
 	sched := checkpoint.New(tracker, proposer{m.node}, checkpoint.Config{Tick: cfg.LeaseTick, MaxBatch: cfg.LeaseBatch},
 		checkpoint.NewMetrics(cfg.Metrics), logger)
 	m.node.AddLeaderService(sched)

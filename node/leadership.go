@@ -175,6 +175,7 @@ func (n *Node) followLeader(ch chan raft.Observation) {
 		case <-ch:
 		}
 		_, id := n.leader()
+		n.clusterTime.observe(id != "", time.Now(), n.cfg.ElectionTimeout)
 		if id == last {
 			continue
 		}

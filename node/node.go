@@ -153,7 +153,11 @@ type Node struct {
 	confirmRounds *round.Group[struct{}]
 	rmu           sync.Mutex // guards prober
 	prober        TermProber
-	probes        probeStats // how quickly each voter answered the prober
+	amu           sync.Mutex // guards ages
+	ages          PeerAges
+	// clusterTime says since when this member has had a leader (clusterage.go).
+	clusterTime clusterTime
+	probes      probeStats // how quickly each voter answered the prober
 
 	smu      sync.Mutex
 	services []LeaderService

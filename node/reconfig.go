@@ -98,7 +98,7 @@ func (n *Node) addMember(ctx context.Context, id uint64, addr raft.ServerAddress
 		if !learner && !readyToAdd(n.withReach(views)) {
 			return nil, ErrNotEnoughStarted
 		}
-		if !n.connectedFully(views) {
+		if !n.connectedFully(ctx, views) {
 			return nil, ErrUnhealthy
 		}
 	}
@@ -140,7 +140,7 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 		// A member this leader cannot reach is not part of the active
 		// quorum: removing it takes nothing from it.
 		if _, up := n.repl.activeSince(views[i].server.ID); up || id == n.cfg.ID {
-			if active := n.connectedSince(views); active-1 < 1+(votingView(views)-1)/2 {
+			if active := n.connectedSince(ctx, views); active-1 < 1+(votingView(views)-1)/2 {
 				return ErrUnhealthy
 			}
 		}
@@ -349,17 +349,21 @@ func readyToPromote(views []memberView) bool {
 	return started >= members/2+1
 }
 
-// connectedFully reports whether the leader has reached every other voter
-// without a failure for at least HealthInterval.
-func (n *Node) connectedFully(views []memberView) bool {
-	return n.connectedSince(views) == votingView(views)
+// connectedFully reports whether every other voter has been connected
+// for at least HealthInterval (connectedSince).
+func (n *Node) connectedFully(ctx context.Context, views []memberView) bool {
+	return n.connectedSince(ctx, views) == votingView(views)
 }
 
-// connectedSince counts the voters (this member included) the leader has
-// reached without a failure for at least HealthInterval.
-func (n *Node) connectedSince(views []memberView) int {
+// connectedSince counts the voters, this member included, connected for at
+// least HealthInterval: this leader reaches them now, and has without a
+// failure for that long, or they have been in the cluster that long
+// (clusterage.go: a leader elected a moment ago has reached its followers
+// only since).
+func (n *Node) connectedSince(ctx context.Context, views []memberView) int {
 	c := 0
 	before := n.repl.now().Add(-HealthInterval)
+	var ask []raft.Server
 	for _, v := range views {
 		if v.learner() {
 			continue
@@ -368,9 +372,14 @@ func (n *Node) connectedSince(views []memberView) int {
 			c++
 			continue
 		}
-		if since, up := n.repl.activeSince(v.server.ID); up && !since.After(before) {
+		since, up := n.repl.activeSince(v.server.ID)
+		switch {
+		case !up:
+		case !since.After(before):
 			c++
+		default:
+			ask = append(ask, v.server)
 		}
 	}
-	return c
+	return c + len(n.peersInCluster(ctx, ask))
 }

@@ -1,7 +1,10 @@
 package node
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
@@ -75,5 +78,78 @@ func TestMemberKinds(t *testing.T) {
 		if tc.v.learner() != tc.learner || tc.v.staged() != tc.staged || tc.v.member("http").IsLearner != tc.shownAsLearner {
 			t.Errorf("%s: learner %v staged %v shown as learner %v", tc.name, tc.v.learner(), tc.v.staged(), tc.v.member("http").IsLearner)
 		}
+	}
+}
+
+type fakeAges map[raft.ServerAddress]time.Duration
+
+func (f fakeAges) ClusterAge(_ context.Context, addr raft.ServerAddress) (time.Duration, error) {
+	if d, ok := f[addr]; ok {
+		return d, nil
+	}
+	return 0, errors.New("unreachable")
+}
+
+// TestConnectedSince: a voter counts as connected when this leader has
+// reached it without a failure for HealthInterval, or reaches it now and
+// it says it has been in the cluster that long; never when this leader
+// does not reach it now.
+func TestConnectedSince(t *testing.T) {
+	now := time.Unix(1000, 0)
+	repl := newReplication(nil, &storageState{})
+	repl.now = func() time.Time { return now }
+	n := &Node{cfg: Config{ID: 1}, repl: repl}
+	vs := []memberView{
+		{id: 1, server: raft.Server{ID: "1", Address: "a1", Suffrage: raft.Voter}},
+		{id: 2, server: raft.Server{ID: "2", Address: "a2", Suffrage: raft.Voter}},
+		{id: 3, server: raft.Server{ID: "3", Address: "a3", Suffrage: raft.Voter}},
+		{id: 4, server: raft.Server{ID: "4", Address: "a4", Suffrage: raft.Nonvoter}, rec: &pb.Member{IsLearner: true}},
+	}
+	repl.active["2"] = now.Add(-10 * time.Second)
+	repl.active["3"] = now.Add(-time.Second)
+	ctx := context.Background()
+	if got := n.connectedSince(ctx, vs); got != 2 {
+		t.Fatalf("without ages: %d connected, want 2 (this member, and 2 reached for 10 s)", got)
+	}
+	n.SetPeerAges(fakeAges{"a3": time.Minute})
+	if got := n.connectedSince(ctx, vs); got != 3 || !n.connectedFully(ctx, vs) {
+		t.Fatalf("3 in the cluster for a minute: %d connected", got)
+	}
+	n.SetPeerAges(fakeAges{"a3": 2 * time.Second})
+	if got := n.connectedSince(ctx, vs); got != 2 {
+		t.Fatalf("3 in the cluster for 2 s: %d connected, want 2", got)
+	}
+	delete(repl.active, "3")
+	n.SetPeerAges(fakeAges{"a3": time.Minute})
+	if got := n.connectedSince(ctx, vs); got != 2 {
+		t.Fatalf("3 not reached now: %d connected, want 2", got)
+	}
+}
+
+// TestClusterTime: a member's age in the cluster survives a short gap
+// without a leader (a transfer) and starts over after a long one.
+func TestClusterTime(t *testing.T) {
+	var c clusterTime
+	t0 := time.Unix(100, 0)
+	grace := time.Second
+	if c.age(t0, grace) != 0 {
+		t.Fatal("age before any leader")
+	}
+	c.observe(true, t0, grace)
+	c.observe(false, t0.Add(10*time.Second), grace)
+	if got := c.age(t0.Add(10*time.Second+500*time.Millisecond), grace); got != 10*time.Second+500*time.Millisecond {
+		t.Fatalf("age within a short gap: %v", got)
+	}
+	c.observe(true, t0.Add(10*time.Second+500*time.Millisecond), grace)
+	if got := c.age(t0.Add(20*time.Second), grace); got != 20*time.Second {
+		t.Fatalf("age after a short gap: %v", got)
+	}
+	c.observe(false, t0.Add(20*time.Second), grace)
+	if got := c.age(t0.Add(25*time.Second), grace); got != 0 {
+		t.Fatalf("age during a long gap: %v", got)
+	}
+	c.observe(true, t0.Add(25*time.Second), grace)
+	if got := c.age(t0.Add(26*time.Second), grace); got != time.Second {
+		t.Fatalf("age after a long gap: %v", got)
 	}
 }

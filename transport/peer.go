@@ -6,9 +6,12 @@ import (
 	"slices"
 	"time"
 
+	"github.com/hashicorp/raft"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/corenode/corenode/fsm"
 )
@@ -22,6 +25,7 @@ var peerServiceDesc = grpc.ServiceDesc{
 		peerMethod("Removed", peerServer.Removed),
 		peerMethod("ReadIndex", peerServer.ReadIndex),
 		peerMethod("Members", peerServer.Members),
+		peerMethod("ClusterAge", peerServer.ClusterAge),
 	},
 	Streams: []grpc.StreamDesc{{
 		StreamName:    proposeStreamDesc.StreamName,
@@ -62,6 +66,10 @@ type peerServer interface {
 	// joining the cluster finds the ID it was added with by its peer URLs
 	// (AskMembers).
 	Members(context.Context, *pb.MemberListRequest) (*pb.MemberListResponse, error)
+	// ClusterAge is how long this member has been part of the cluster
+	// with a leader (node.ClusterAge), for a new leader's strict
+	// reconfiguration check.
+	ClusterAge(context.Context, *emptypb.Empty) (*durationpb.Duration, error)
 }
 
 type peerService struct{ s *Server }
@@ -82,6 +90,24 @@ func (p *peerService) Members(ctx context.Context, _ *pb.MemberListRequest) (*pb
 		return nil, mapErr(ctx, err)
 	}
 	return &pb.MemberListResponse{Header: p.s.header(nil), Members: ms}, nil
+}
+
+func (p *peerService) ClusterAge(context.Context, *emptypb.Empty) (*durationpb.Duration, error) {
+	return durationpb.New(p.s.node.ClusterAge()), nil
+}
+
+// ClusterAge asks the member at peer address addr how long it has been
+// part of the cluster (node.PeerAges).
+func (s *Server) ClusterAge(ctx context.Context, addr raft.ServerAddress) (time.Duration, error) {
+	conn, err := s.peerConn(string(addr))
+	if err != nil {
+		return 0, err
+	}
+	var d durationpb.Duration
+	if err := conn.Invoke(ctx, "/corenode.Peer/ClusterAge", &emptypb.Empty{}, &d); err != nil {
+		return 0, err
+	}
+	return d.AsDuration(), nil
 }
 
 func (p *peerService) ReadIndex(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {

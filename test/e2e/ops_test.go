@@ -30,7 +30,21 @@ func testMemberAddRemove(t *testing.T, c *cluster) {
 		dataDir:   filepath.Join(dir, "m4.data"),
 		logPath:   filepath.Join(dir, "m4.log"),
 	}
-	out := mustCtl(t, eps, "member", "add", m.name, "--peer-urls="+m.peerURL)
+	// A member restarted moments ago (an earlier subtest restarts every
+	// member) has been connected for less than the strict reconfiguration
+	// check's 5 s: etcd and corenode answer "unhealthy cluster" until then,
+	// and an operator tries again.
+	var out string
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		r := ctl(eps, "", "member", "add", m.name, "--peer-urls="+m.peerURL)
+		if r.err == nil {
+			out = strings.TrimRight(r.stdout, "\n")
+			break
+		}
+		if !strings.Contains(r.stderr, "unhealthy cluster") || time.Now().After(deadline) {
+			t.Fatalf("etcdctl member add: %v", r)
+		}
+	}
 	id := regexp.MustCompile(`Member\s+([0-9a-f]+) added`).FindStringSubmatch(out)
 	initial := regexp.MustCompile(`ETCD_INITIAL_CLUSTER="([^"]+)"`).FindStringSubmatch(out)
 	state := regexp.MustCompile(`ETCD_INITIAL_CLUSTER_STATE="([^"]+)"`).FindStringSubmatch(out)
