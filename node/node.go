@@ -166,6 +166,9 @@ type Node struct {
 	notify       chan bool
 	removed      chan struct{}
 	leaderChange signal
+	// joined is set once this member has seen itself in raft's
+	// configuration (removal.go).
+	joined atomic.Bool
 	// membersChanged is notified when this member, as leader, changed the
 	// membership (reconfig.go): the promoter and the commit tellers look
 	// at the configuration again.
@@ -321,7 +324,9 @@ func New(cfg Config) (*Node, error) {
 	n.services = append(n.services, checkpointer{n}, promoter{n})
 	n.prober = heartbeatProber{n}
 	n.notify = notify
-	if in, known := n.inConfiguration(); known && !in {
+	in, known := n.inConfiguration()
+	n.joined.Store(in && known)
+	if known && !in {
 		r.Shutdown()
 		n.verifier.Close()
 		stores.Close()

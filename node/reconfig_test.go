@@ -153,3 +153,22 @@ func TestClusterTime(t *testing.T) {
 		t.Fatalf("age after a long gap: %v", got)
 	}
 }
+
+// TestRemoval: a configuration without this member means removal only
+// after one with it; a joining member's first snapshot may predate its add.
+func TestRemoval(t *testing.T) {
+	for _, tc := range []struct {
+		shutdown, in, known, joined bool
+		removed                     bool
+	}{
+		{in: false, known: true, joined: false, removed: false}, // joining: the snapshot predates the add
+		{in: false, known: true, joined: true, removed: true},
+		{in: true, known: true, joined: true, removed: false},
+		{in: false, known: false, joined: false, removed: false}, // nothing replicated yet
+		{shutdown: true, removed: true},
+	} {
+		if got := removal(tc.shutdown, tc.in, tc.known, tc.joined) != ""; got != tc.removed {
+			t.Errorf("%+v: removed %v", tc, got)
+		}
+	}
+}

@@ -57,12 +57,11 @@ func (n *Node) watchRemoval() {
 			return
 		case <-t.C:
 		}
-		var how string
-		if n.raft.State() == raft.Shutdown {
-			how = "raft shut down after committing this member's removal"
-		} else if in, known := n.inConfiguration(); known && !in {
-			how = "applied a configuration without this member"
+		in, known := n.inConfiguration()
+		if in && known {
+			n.joined.Store(true)
 		}
+		how := removal(n.raft.State() == raft.Shutdown, in, known, n.joined.Load())
 		if how == "" {
 			continue
 		}
@@ -73,4 +72,20 @@ func (n *Node) watchRemoval() {
 			n.MarkRemoved(how)
 		}
 	}
+}
+
+// removal says how a member learned it was removed, or "" if it was not:
+// raft shut down on its own (a leader commits its own removal so), or the
+// member holds a configuration without itself after one with itself. Only
+// the second counts as removal: a member joining a running cluster first
+// applies the leader's snapshot, whose configuration may be older than the
+// entry that added it.
+func removal(shutdown, in, known, joined bool) string {
+	switch {
+	case shutdown:
+		return "raft shut down after committing this member's removal"
+	case known && !in && joined:
+		return "applied a configuration without this member"
+	}
+	return ""
 }
