@@ -77,11 +77,8 @@ func (n *Node) addMember(ctx context.Context, id uint64, addr raft.ServerAddress
 	if err != nil {
 		return nil, err
 	}
-	scheme := n.peerScheme()
-	for _, v := range views {
-		if v.server.Address == addr || slices.ContainsFunc(v.peerURLs(scheme), func(u string) bool { return slices.Contains(peerURLs, u) }) {
-			return nil, fmt.Errorf("%w: member %x has %s", ErrPeerURLExists, v.id, addr)
-		}
+	if err := n.urlTaken(views, addr, peerURLs, 0); err != nil {
+		return nil, err
 	}
 	if learner {
 		count := 0
@@ -117,18 +114,38 @@ func (n *Node) addMember(ctx context.Context, id uint64, addr raft.ServerAddress
 	return m, nil
 }
 
+// memberAt is the configuration this leader acts on and the place in it
+// of member id (ErrMemberNotFound when it has none).
+func (n *Node) memberAt(id uint64) (views []memberView, index uint64, i int, err error) {
+	if n.raft.State() != raft.Leader {
+		return nil, 0, 0, ErrNotLeader
+	}
+	if views, index, err = n.configuration(); err != nil {
+		return nil, 0, 0, err
+	}
+	if i = slices.IndexFunc(views, func(v memberView) bool { return v.id == id }); i < 0 {
+		return nil, 0, 0, fmt.Errorf("%w: %x", ErrMemberNotFound, id)
+	}
+	return views, index, i, nil
+}
+
+// urlTaken refuses peer URLs (or a raft address) a member other than
+// except already has.
+func (n *Node) urlTaken(views []memberView, addr raft.ServerAddress, peerURLs []string, except uint64) error {
+	scheme := n.peerScheme()
+	for _, v := range views {
+		if v.id != except && (v.server.Address == addr || slices.ContainsFunc(v.peerURLs(scheme), func(u string) bool { return slices.Contains(peerURLs, u) })) {
+			return fmt.Errorf("%w: member %x has %s", ErrPeerURLExists, v.id, addr)
+		}
+	}
+	return nil
+}
+
 // RemoveMember removes member id. Leader only.
 func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
-	if n.raft.State() != raft.Leader {
-		return ErrNotLeader
-	}
-	views, index, err := n.configuration()
+	views, index, i, err := n.memberAt(id)
 	if err != nil {
 		return err
-	}
-	i := slices.IndexFunc(views, func(v memberView) bool { return v.id == id })
-	if i < 0 {
-		return fmt.Errorf("%w: %x", ErrMemberNotFound, id)
 	}
 	if views[i].voter() && voters(views) == 1 {
 		return fmt.Errorf("%w: member %x is the last voter", ErrNotEnoughStarted, id)
@@ -156,17 +173,10 @@ func (n *Node) RemoveMember(ctx context.Context, id uint64) error {
 // PromoteMember makes learner id a voter once it holds most of the leader's
 // log (etcd's rule: 90 %). Leader only.
 func (n *Node) PromoteMember(ctx context.Context, id uint64) error {
-	if n.raft.State() != raft.Leader {
-		return ErrNotLeader
-	}
 	term := n.raft.CurrentTerm()
-	views, index, err := n.configuration()
+	views, index, i, err := n.memberAt(id)
 	if err != nil {
 		return err
-	}
-	i := slices.IndexFunc(views, func(v memberView) bool { return v.id == id })
-	if i < 0 {
-		return fmt.Errorf("%w: %x", ErrMemberNotFound, id)
 	}
 	v := views[i]
 	if !v.learner() {
@@ -198,22 +208,12 @@ func (n *Node) UpdateMember(ctx context.Context, id uint64, peerURLs []string) e
 	if err != nil {
 		return err
 	}
-	if n.raft.State() != raft.Leader {
-		return ErrNotLeader
-	}
-	views, index, err := n.configuration()
+	views, index, i, err := n.memberAt(id)
 	if err != nil {
 		return err
 	}
-	i := slices.IndexFunc(views, func(v memberView) bool { return v.id == id })
-	if i < 0 {
-		return fmt.Errorf("%w: %x", ErrMemberNotFound, id)
-	}
-	scheme := n.peerScheme()
-	for _, v := range views {
-		if v.id != id && (v.server.Address == addr || slices.ContainsFunc(v.peerURLs(scheme), func(u string) bool { return slices.Contains(peerURLs, u) })) {
-			return fmt.Errorf("%w: member %x has %s", ErrPeerURLExists, v.id, addr)
-		}
+	if err := n.urlTaken(views, addr, peerURLs, id); err != nil {
+		return err
 	}
 	v := views[i]
 	rec := &pb.Member{ID: id, PeerURLs: peerURLs, IsLearner: v.rec != nil && v.rec.IsLearner}
