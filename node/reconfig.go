@@ -278,13 +278,8 @@ func (n *Node) newMemberID(peerURLs []string, views []memberView) uint64 {
 
 // votingView counts etcd's voting members.
 func votingView(views []memberView) int {
-	c := 0
-	for _, v := range views {
-		if !v.learner() {
-			c++
-		}
-	}
-	return c
+	members, _ := startedVoters(views, 0)
+	return members
 }
 
 // voters counts raft's voters.
@@ -298,13 +293,11 @@ func voters(views []memberView) int {
 	return c
 }
 
-// readyToAdd: the voters after the add, counting the new one as started
-// only for a one-member cluster (restoring a cluster's data), leave a
-// quorum started.
-func readyToAdd(views []memberView) bool {
-	members, started := 1, 0
+// startedVoters counts etcd's voting members other than except, and those
+// of them that have started.
+func startedVoters(views []memberView, except uint64) (members, started int) {
 	for _, v := range views {
-		if v.learner() {
+		if v.learner() || (except != 0 && v.id == except) {
 			continue
 		}
 		members++
@@ -312,6 +305,15 @@ func readyToAdd(views []memberView) bool {
 			started++
 		}
 	}
+	return members, started
+}
+
+// readyToAdd: the voters after the add, counting the new one as started
+// only for a one-member cluster (restoring a cluster's data), leave a
+// quorum started.
+func readyToAdd(views []memberView) bool {
+	members, started := startedVoters(views, 0)
+	members++
 	if started == 1 && members == 2 {
 		return true
 	}
@@ -320,33 +322,15 @@ func readyToAdd(views []memberView) bool {
 
 // readyToRemove: the voters left after removing id have a quorum started.
 func readyToRemove(views []memberView, id uint64) bool {
-	members, started := 0, 0
-	for _, v := range views {
-		if v.learner() || v.id == id {
-			continue
-		}
-		members++
-		if v.started() {
-			started++
-		}
-	}
+	members, started := startedVoters(views, id)
 	return started >= members/2+1
 }
 
 // readyToPromote: the voters after promoting one learner (counted as
 // started) have a quorum started.
 func readyToPromote(views []memberView) bool {
-	members, started := 1, 1
-	for _, v := range views {
-		if v.learner() {
-			continue
-		}
-		members++
-		if v.started() {
-			started++
-		}
-	}
-	return started >= members/2+1
+	members, started := startedVoters(views, 0)
+	return started+1 >= (members+1)/2+1
 }
 
 // connectedFully reports whether every other voter has been connected
