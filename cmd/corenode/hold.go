@@ -119,7 +119,8 @@ func parseHold(kind string, args []string) (o holdOptions, names, command []stri
 	fs := flag.NewFlagSet("corenode "+kind, flag.ContinueOnError)
 	o.conn.register(fs)
 	fs.IntVar(&o.ttl, "ttl", 10, "lease TTL in seconds")
-	fs.DurationVar(&o.grace, "grace", -1, "time CMD gets between SIGTERM and SIGKILL (default: the drift margin, 1% of the TTL + 50ms); leadership ends this much earlier")
+	o.grace = -1 // the drift margin, once --ttl is known
+	fs.Var((*computedDuration)(&o.grace), "grace", "the `duration` CMD gets between SIGTERM and SIGKILL (default: the drift margin, 1% of the TTL + 50ms); leadership ends this much earlier")
 	want := 1
 	if kind == "elect" {
 		want = 2
@@ -262,4 +263,28 @@ func waitStatus(ws syscall.WaitStatus) int {
 		return 128 + int(ws.Signal())
 	}
 	return ws.ExitStatus()
+}
+
+// computedDuration is a duration flag whose default is computed from
+// other flags: it holds a negative value until set, and -h shows no
+// default for it.
+type computedDuration time.Duration
+
+func (d *computedDuration) String() string {
+	if d == nil || *d <= 0 {
+		return ""
+	}
+	return time.Duration(*d).String()
+}
+
+func (d *computedDuration) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	if v < 0 {
+		return fmt.Errorf("%v must not be negative", v)
+	}
+	*d = computedDuration(v)
+	return nil
 }
