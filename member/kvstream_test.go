@@ -114,6 +114,24 @@ func TestRangeStream(t *testing.T) {
 	if status.Code(err) != codes.Unimplemented {
 		t.Fatalf("a sorted stream: %v, want Unimplemented", err)
 	}
+	// An unspecified order with another target sorts each chunk by it, as
+	// etcd's: all 300 keys still come, each once.
+	chunks, err := rangeStream(ctx, follower, &pb.RangeRequest{Key: []byte("/s/"), RangeEnd: []byte("/s0"), SortTarget: pb.RangeRequest_CREATE})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, ch := range chunks {
+		for i, kv := range ch.Kvs {
+			if seen[string(kv.Key)] || (i > 0 && kv.CreateRevision < ch.Kvs[i-1].CreateRevision) {
+				t.Fatalf("key %s twice or out of create order in its chunk", kv.Key)
+			}
+			seen[string(kv.Key)] = true
+		}
+	}
+	if len(seen) != 300 {
+		t.Fatalf("%d keys by create revision, want 300", len(seen))
+	}
 	if _, err := rangeStream(ctx, follower, &pb.RangeRequest{}); err == nil || !strings.Contains(err.Error(), "key is not provided") {
 		t.Fatalf("an empty key: %v", err)
 	}

@@ -139,8 +139,9 @@ func (k *kvService) RangeStream(r *pb.RangeRequest, stream grpc.ServerStream) er
 	if err := kv.CheckRange(r); err != nil {
 		return err
 	}
-	if (r.SortOrder != pb.RangeRequest_NONE && !(r.SortOrder == pb.RangeRequest_ASCEND && r.SortTarget == pb.RangeRequest_KEY)) ||
-		(r.SortOrder == pb.RangeRequest_NONE && r.SortTarget != pb.RangeRequest_KEY) {
+	// As etcd's: the orders a chunk of keys in key order can be given in
+	// (an unspecified order sorts each chunk by its target, as Range does).
+	if r.SortOrder != pb.RangeRequest_NONE && !(r.SortOrder == pb.RangeRequest_ASCEND && r.SortTarget == pb.RangeRequest_KEY) {
 		return status.Error(codes.Unimplemented, "RangeStream does not support custom sort orders")
 	}
 	if r.MinModRevision != 0 || r.MaxModRevision != 0 || r.MinCreateRevision != 0 || r.MaxCreateRevision != 0 {
@@ -187,7 +188,7 @@ func (k *kvService) RangeStream(r *pb.RangeRequest, stream grpc.ServerStream) er
 	}
 	target := k.s.limits.MaxRequestBytes // NewServer set the default
 	chunk := &pb.RangeRequest{Key: r.Key, RangeEnd: r.RangeEnd, Revision: r.Revision, KeysOnly: r.KeysOnly,
-		Serializable: true, Limit: min(rangeStreamFirstChunk, total)}
+		SortOrder: r.SortOrder, SortTarget: r.SortTarget, Serializable: true, Limit: min(rangeStreamFirstChunk, total)}
 	var sent int64
 	for {
 		resp, err := store.Range(chunk)
@@ -199,7 +200,15 @@ func (k *kvService) RangeStream(r *pb.RangeRequest, stream grpc.ServerStream) er
 		done := !resp.More || sent == total
 		var next []byte
 		if resp.More {
-			next = append(bytes.Clone(resp.Kvs[len(resp.Kvs)-1].Key), 0)
+			// The chunk's keys are the next ones in key order, sorted by
+			// the request's target: go on after the greatest.
+			last := resp.Kvs[0].Key
+			for _, kv := range resp.Kvs[1:] {
+				if bytes.Compare(kv.Key, last) > 0 {
+					last = kv.Key
+				}
+			}
+			next = append(bytes.Clone(last), 0)
 		}
 		if done {
 			out.Header, out.More, out.Count = header(), resp.More, sent
