@@ -19,6 +19,7 @@ func (s *Store) Compact(rev int64) (*pb.CompactionResponse, error) {
 		return nil, ErrFutureRev
 	}
 	split := countUpTo(s.log, rev)
+	s.keepCompactionHash(split, rev)
 	suffix := s.log[split:]
 
 	// One walk of the index, no per-record lookups: each key with records

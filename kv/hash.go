@@ -2,6 +2,7 @@ package kv
 
 import (
 	"hash/crc32"
+	"slices"
 )
 
 // KVHash is what HashKV answers: a checksum of the key space at a revision.
@@ -27,6 +28,14 @@ type KVHash struct {
 // after the lock is released (they are immutable), so a large store
 // delays no write while it is hashed.
 func (s *Store) HashKV(rev int64) (KVHash, error) {
+	s.mu.RLock()
+	for _, h := range s.compactionHashes {
+		if h.Revision == rev {
+			s.mu.RUnlock()
+			return h, nil
+		}
+	}
+	s.mu.RUnlock()
 	sn := s.Snapshot()
 	if rev == 0 {
 		rev = sn.rev
@@ -37,17 +46,40 @@ func (s *Store) HashKV(rev int64) (KVHash, error) {
 	if rev > sn.rev {
 		return KVHash{}, ErrFutureRev
 	}
+	return hashRecords(sn.log[:countUpTo(sn.log, rev)], rev, sn.compactRev), nil
+}
+
+// hashRecords is the hash of records (the log up to rev) in a store
+// compacted at compactRev.
+func hashRecords(records []*record, rev, compactRev int64) KVHash {
 	h := crc32.New(crcTable)
 	var b []byte
 	prev := int64(0)
-	for _, r := range sn.log[:countUpTo(sn.log, rev)] {
+	for _, r := range records {
 		b = appendRecord(b[:0], r, prev)
 		h.Write(b)
 		prev = r.kv.ModRevision
 	}
-	compacted := sn.compactRev
-	if compacted == 0 {
-		compacted = -1
+	if compactRev == 0 {
+		compactRev = -1
 	}
-	return KVHash{Hash: h.Sum32(), Revision: rev, CompactRevision: compacted}, nil
+	return KVHash{Hash: h.Sum32(), Revision: rev, CompactRevision: compactRev}
+}
+
+// compactionHashesKept is how many compactions' hashes a store keeps, as
+// etcd's hash storage.
+const compactionHashesKept = 10
+
+// keepCompactionHash records, before a compaction at rev drops history,
+// the hash at rev of the history as it stands: etcd answers HashKV at a
+// compaction's revision with that hash (it computes it while it
+// compacts), so HashKV at that revision answers the same before and after
+// the compaction. Like etcd's it lives in memory only: a member restarted
+// since hashes what it holds, with the new compact revision, which the
+// corruption check does not compare with the others'. Call with s.mu held.
+func (s *Store) keepCompactionHash(split int, rev int64) {
+	s.compactionHashes = append(s.compactionHashes, hashRecords(s.log[:split], rev, s.compactRev))
+	if n := len(s.compactionHashes); n > compactionHashesKept {
+		s.compactionHashes = slices.Delete(s.compactionHashes, 0, n-compactionHashesKept)
+	}
 }

@@ -112,3 +112,38 @@ func TestSizeFollowsHistory(t *testing.T) {
 		t.Fatalf("restored size %d, want %d", r.Size(), s.Size())
 	}
 }
+
+// TestHashKVAtACompactionRevision: HashKV at the revision a compaction ran
+// at answers the same before and after it, as etcd's (its suite's
+// TestVerifyHashKVAfterCompactAndDefrag): the hash of the history as it
+// stood, with the compact revision before it. A store restored since
+// knows no such hash and answers what it holds, with the new compact
+// revision, which members do not compare with the old one.
+func TestHashKVAtACompactionRevision(t *testing.T) {
+	s := newStore()
+	put(t, s, "k", "1")
+	put(t, s, "k", "2")
+	del(t, s, "k", "")
+	put(t, s, "k", "3")
+	before := hashKV(t, s, 3)
+	if _, err := s.Compact(3); err != nil {
+		t.Fatal(err)
+	}
+	if after := hashKV(t, s, 3); after != before || after.CompactRevision != -1 {
+		t.Fatalf("HashKV at the compaction revision: %+v after, %+v before", after, before)
+	}
+	if cur := hashKV(t, s, 0); cur.CompactRevision != 3 {
+		t.Fatalf("HashKV at the current revision after the compaction: %+v", cur)
+	}
+	var buf bytes.Buffer
+	if _, err := s.Snapshot().WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	r := newStore()
+	if err := r.Restore(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if got := hashKV(t, r, 3); got.CompactRevision != 3 {
+		t.Fatalf("a restored store at the compaction revision: %+v", got)
+	}
+}

@@ -141,6 +141,9 @@ type Store struct {
 
 	rev        int64
 	compactRev int64
+	// compactionHashes are the hashes the last compactions answer HashKV
+	// with at their revisions (keepCompactionHash).
+	compactionHashes []KVHash
 
 	// log is the source of truth. It is only ever appended to or replaced by
 	// a new slice (Compact, Restore), never rewritten in place, so a Snapshot
@@ -173,7 +176,7 @@ func NewStore(opts Options) *Store {
 
 // reset installs a new log and rebuilds every derived index from it.
 func (s *Store) reset(rev, compactRev int64, log []*record) {
-	s.rev, s.compactRev = rev, compactRev
+	s.rev, s.compactRev, s.compactionHashes = rev, compactRev, nil
 	s.log = log
 	s.tree = btree.NewG(32, entryLess)
 	s.leases = make(map[int64]leaseKeys)
