@@ -135,14 +135,8 @@ func TestHashKVAtACompactionRevision(t *testing.T) {
 	if cur := hashKV(t, s, 0); cur.CompactRevision != 3 {
 		t.Fatalf("HashKV at the current revision after the compaction: %+v", cur)
 	}
-	var buf bytes.Buffer
-	if _, err := s.Snapshot().WriteTo(&buf); err != nil {
-		t.Fatal(err)
-	}
 	r := newStore()
-	if err := r.Restore(&buf); err != nil {
-		t.Fatal(err)
-	}
+	snapshotInto(t, s, r)
 	if got := hashKV(t, r, 3); got.CompactRevision != 3 {
 		t.Fatalf("a restored store at the compaction revision: %+v", got)
 	}
