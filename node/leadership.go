@@ -75,7 +75,7 @@ func (n *Node) lead(ctx context.Context) {
 	for {
 		// The barrier applies every entry of earlier terms on this member,
 		// so reads and leader services see everything ever acknowledged.
-		err := n.raft.Barrier(n.cfg.ElectionTimeout * 5).Error()
+		err := await(ctx, n.raft.Barrier(n.cfg.ElectionTimeout*5))
 		if err == nil {
 			break
 		}
@@ -195,4 +195,22 @@ func (n *Node) followLeader(ch chan raft.Observation) {
 // gone, not a process) would otherwise hold the request until its deadline.
 func (n *Node) LeaderChange() <-chan struct{} {
 	return n.leaderChange.Wait()
+}
+
+// await waits for f until ctx ends. raft answers a future it has dequeued,
+// even when it then shuts down, but never one still queued at shutdown
+// (Barrier and configuration changes leave its ShutdownCh unset): a bare
+// f.Error() from a leader service can then block forever, and with it
+// Close, which waits for the services (a node test hung so in CI). The
+// goroutine waiting on such a future outlives the call; it ends with the
+// process, as the future never resolves.
+func await(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -155,7 +155,7 @@ func (c checkpointer) Run(ctx context.Context, _ uint64) {
 		}
 		// The barrier returns once applied; its error is a lost
 		// leadership or a shutdown, and ctx says which soon enough.
-		if err := c.n.raft.Barrier(c.n.cfg.ElectionTimeout * 5).Error(); err != nil && ctx.Err() == nil {
+		if err := await(ctx, c.n.raft.Barrier(c.n.cfg.ElectionTimeout*5)); err != nil && ctx.Err() == nil {
 			c.n.log.Debug("log verification checkpoint not appended", "err", err)
 		}
 	}

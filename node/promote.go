@@ -25,7 +25,7 @@ func (p promoter) Run(ctx context.Context, term uint64) {
 	n := p.n
 	for {
 		changed := n.membersChanged.Wait()
-		waits, err := p.promoteCaughtUp(term)
+		waits, err := p.promoteCaughtUp(ctx, term)
 		if err != nil && ctx.Err() == nil {
 			n.log.Warn("promoting a member that caught up failed; trying again", "err", err)
 			waits = append(waits, afterDelay(ctx, n.cfg.ElectionTimeout))
@@ -46,7 +46,7 @@ func (p promoter) Run(ctx context.Context, term uint64) {
 // promoteCaughtUp promotes every staged member that holds the committed
 // log, and returns, for the others, the channels that close when their
 // progress next changes.
-func (p promoter) promoteCaughtUp(term uint64) ([]<-chan struct{}, error) {
+func (p promoter) promoteCaughtUp(ctx context.Context, term uint64) ([]<-chan struct{}, error) {
 	n := p.n
 	if n.raft.State() != raft.Leader || n.raft.CurrentTerm() != term {
 		return nil, nil
@@ -65,7 +65,7 @@ func (p promoter) promoteCaughtUp(term uint64) ([]<-chan struct{}, error) {
 			waits = append(waits, changed)
 			continue
 		}
-		if err := n.raft.AddVoter(v.server.ID, v.server.Address, index, n.reconfigTimeout()).Error(); err != nil {
+		if err := await(ctx, n.raft.AddVoter(v.server.ID, v.server.Address, index, n.reconfigTimeout())); err != nil {
 			return waits, fmt.Errorf("node: promote member %x: %w", v.id, err)
 		}
 		n.log.Info("member caught up: now a voter", "id", fmt.Sprintf("%x", v.id), "match", match)
