@@ -13,6 +13,7 @@ var (
 	ErrDuplicateKey      = errors.New("kv: duplicate key given in txn request")
 	ErrInvalidSortOption = errors.New("kv: invalid sort option")
 	ErrCompacted         = errors.New("kv: required revision has been compacted")
+	ErrTooManyOps        = errors.New("kv: too many operations in txn request")
 	ErrFutureRev         = errors.New("kv: required revision is a future revision")
 	// ErrLeaseNotFound is a write that attaches a key to a lease that does
 	// not exist.

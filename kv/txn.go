@@ -76,7 +76,7 @@ func checkOp(op *pb.RequestOp) error {
 	case *pb.RequestOp_RequestRange:
 		return CheckRange(v.RequestRange)
 	case *pb.RequestOp_RequestPut:
-		return checkPut(v.RequestPut)
+		return CheckPut(v.RequestPut)
 	case *pb.RequestOp_RequestDeleteRange:
 		if v.RequestDeleteRange == nil || len(v.RequestDeleteRange.Key) == 0 {
 			return ErrEmptyKey

@@ -44,7 +44,7 @@ func (s *Store) appendRecord(c *change, e *keyEntry, r *record) {
 
 // Put writes one key at a new revision.
 func (s *Store) Put(p *pb.PutRequest) (*pb.PutResponse, error) {
-	if err := checkPut(p); err != nil {
+	if err := CheckPut(p); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -56,20 +56,6 @@ func (s *Store) Put(p *pb.PutRequest) (*pb.PutResponse, error) {
 	resp := s.doPut(&c, p)
 	s.commit(&c)
 	return resp, nil
-}
-
-// checkPut holds the checks that need no state (etcd does them at the API
-// edge, before proposing).
-func checkPut(p *pb.PutRequest) error {
-	switch {
-	case p == nil || len(p.Key) == 0:
-		return ErrEmptyKey
-	case p.IgnoreValue && len(p.Value) != 0:
-		return ErrValueProvided
-	case p.IgnoreLease && p.Lease != 0:
-		return ErrLeaseProvided
-	}
-	return nil
 }
 
 // checkPutState holds the checks etcd makes when the entry applies: they

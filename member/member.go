@@ -36,6 +36,7 @@ import (
 	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/node"
 	"github.com/corenode/corenode/readlease"
+	"github.com/corenode/corenode/server"
 	"github.com/corenode/corenode/transport"
 	"github.com/corenode/corenode/transport/nameserver"
 )
@@ -175,10 +176,11 @@ const DefaultQuotaBackendBytes = 2 << 30
 
 // Member is a running member.
 type Member struct {
-	cfg    Config
-	log    *slog.Logger
-	node   *node.Node
-	server *transport.Server
+	cfg     Config
+	log     *slog.Logger
+	node    *node.Node
+	server  *transport.Server
+	request *server.Server // the request layer the edge (server) calls
 	// readLeases is the leader's read-lease service and write gate.
 	readLeases *readlease.Manager
 	peerMux    *transport.PeerMux
@@ -406,9 +408,13 @@ func Start(cfg Config) (*Member, error) {
 	if quota == 0 {
 		quota = DefaultQuotaBackendBytes
 	}
-	m.server = transport.NewServer(m.node, m.peerMux,
-		transport.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps, QuotaBackendBytes: quota},
-		cfg.ElectionTimeout, logger)
+	peers := transport.NewPeerClient(m.peerMux, cfg.ElectionTimeout)
+	m.request = server.New(m.node, peers, transport.Callers{Auth: m.node.FSM().Auth()}, server.Config{
+		Limits:          server.Limits{MaxRequestBytes: cfg.MaxRequestBytes, MaxTxnOps: cfg.MaxTxnOps, QuotaBackendBytes: quota},
+		ElectionTimeout: cfg.ElectionTimeout,
+		Log:             logger,
+	})
+	m.server = transport.NewServer(m.node, m.request, peers, logger)
 	m.server.SetWatchProgressNotifyInterval(cfg.WatchProgressNotify)
 	m.node.SetPeerAges(m.server)
 	sched := checkpoint.New(tracker, proposer{m.node}, checkpoint.Config{Tick: cfg.LeaseTick, MaxBatch: cfg.LeaseBatch},
@@ -467,7 +473,9 @@ func Start(cfg Config) (*Member, error) {
 	opts = append(opts, m.server.AuthOptions(cfg.ClientTLS.ClientCertAuth)...)
 	m.grpc = grpc.NewServer(opts...)
 	m.server.Register(m.grpc)
-	m.peer = grpc.NewServer(grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(math.MaxInt32))
+	// Forwarded calls answer in etcd's words too: the member that forwarded
+	// one decides on them (not leader: send it again) and relays them.
+	m.peer = grpc.NewServer(append(transport.ErrorOptions(), grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(math.MaxInt32))...)
 	m.server.RegisterPeer(m.peer)
 	gatherer := cfg.Gatherer
 	if g, ok := cfg.Metrics.(prometheus.Gatherer); ok && gatherer == nil {

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"net"
 
-	"go.etcd.io/etcd/api/v3/authpb"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/corenode/corenode/api/cachepb"
 	"github.com/corenode/corenode/auth"
+	"github.com/corenode/corenode/server"
 )
 
 // Who a client call acts for is resolved on the member the client reached,
@@ -212,14 +211,23 @@ func commonName(ctx context.Context) string {
 	return leaf.Subject.CommonName
 }
 
-func (s *Server) authStore() *auth.Store { return s.node.FSM().Auth() }
+func (s *Server) authStore() *auth.Store { return s.req.AuthStore() }
 
-// caller resolves who ctx's call acts for. checked is false for a call
+// Callers resolves who a call acts for from its credentials, for the
+// request layer (server.Callers).
+type Callers struct {
+	// Auth is the auth state tokens and names are checked against.
+	Auth *auth.Store
+}
+
+var _ server.Callers = Callers{}
+
+// Caller resolves who ctx's call acts for. checked is false for a call
 // that did not come in on a client port (forwarded by a member), or while
 // auth is disabled: nothing is to be checked then.
-func (s *Server) caller(ctx context.Context) (ai auth.Info, checked bool, err error) {
-	st := s.authStore()
-	c, ok := ctx.Value(callerKey{}).(*caller)
+func (c Callers) Caller(ctx context.Context) (ai auth.Info, checked bool, err error) {
+	st := c.Auth
+	cl, ok := ctx.Value(callerKey{}).(*caller)
 	if !ok || !st.Enabled() {
 		return auth.Info{}, false, nil
 	}
@@ -229,7 +237,7 @@ func (s *Server) caller(ctx context.Context) (ai auth.Info, checked bool, err er
 			return ai, true, err
 		}
 	}
-	if c.certAuth {
+	if cl.certAuth {
 		if cn := commonName(ctx); cn != "" {
 			return st.InfoFromCommonName(cn), true, nil
 		}
@@ -237,27 +245,13 @@ func (s *Server) caller(ctx context.Context) (ai auth.Info, checked bool, err er
 	return auth.Info{}, true, nil
 }
 
+// Forwarded reports whether another member forwarded ctx's call.
+func (Callers) Forwarded(ctx context.Context) bool { return isForwarded(ctx) }
+
 // allow runs check for ctx's caller, unless nothing is to be checked; the
 // error is etcd's.
 func (s *Server) allow(ctx context.Context, check func(auth.Info) error) error {
-	ai, checked, err := s.caller(ctx)
-	if err == nil && checked {
-		err = check(ai)
-	}
-	return mapErr(ctx, err)
-}
-
-// as returns the header an OpAs entry carries for ctx's caller, or nil when
-// the write needs none.
-func (s *Server) as(ctx context.Context) (*pb.RequestHeader, error) {
-	ai, checked, err := s.caller(ctx)
-	if err != nil {
-		return nil, mapErr(ctx, err)
-	}
-	if !checked {
-		return nil, nil
-	}
-	return &pb.RequestHeader{Username: ai.User, AuthRevision: ai.Revision}, nil
+	return mapErr(ctx, s.req.Allow(ctx, check))
 }
 
 func (s *Server) authorizeMethod(ctx context.Context, method string, req any) error {
@@ -274,57 +268,11 @@ func (s *Server) authorizeMethod(ctx context.Context, method string, req any) er
 	case ruleRoot:
 		return s.allow(ctx, st.IsAdminPermitted)
 	}
-	return s.allow(ctx, func(ai auth.Info) error { return s.authorizeRequest(ai, req) })
+	return s.allow(ctx, func(ai auth.Info) error { return s.req.AuthorizeRequest(ai, req) })
 }
 
 // authorizeRead checks a ruleRead request; handlers call it just before
 // they read.
 func (s *Server) authorizeRead(ctx context.Context, req any) error {
-	return s.allow(ctx, func(ai auth.Info) error { return s.authorizeRequest(ai, req) })
-}
-
-// authorizeRequest is the rule of a ruleRequest or ruleRead method.
-func (s *Server) authorizeRequest(ai auth.Info, req any) error {
-	st := s.authStore()
-	store := s.node.FSM().Store()
-	switch r := req.(type) {
-	case *pb.RangeRequest:
-		return st.IsRangePermitted(ai, r.Key, r.RangeEnd)
-	case *pb.TxnRequest:
-		if !isReadOnlyTxn(r) {
-			return nil // checked where it applies
-		}
-		return st.CheckTxn(ai, r, store.LeaseKeys)
-	case *pb.LeaseTimeToLiveRequest:
-		if err := st.RequireUser(ai); err != nil || !r.Keys {
-			return err
-		}
-		return st.CheckLeaseKeys(ai, store.LeaseKeys(r.ID), authpb.READ)
-	case *pb.LeaseLeasesRequest:
-		if err := st.RequireUser(ai); err != nil {
-			return err
-		}
-		for _, l := range s.node.FSM().Leases() {
-			if err := st.CheckLeaseKeys(ai, store.LeaseKeys(l.ID), authpb.READ); err != nil {
-				return err
-			}
-		}
-		return nil
-	case *pb.AlarmRequest:
-		if r.Action == pb.AlarmRequest_GET {
-			return st.RequireUser(ai)
-		}
-		return st.IsAdminPermitted(ai)
-	}
-	return st.IsAdminPermitted(ai)
-}
-
-// authorizeRenew is etcd's rule for a keep-alive: credentials, and write
-// on every key the lease holds.
-func (s *Server) authorizeRenew(ai auth.Info, id int64) error {
-	st := s.authStore()
-	if err := st.RequireUser(ai); err != nil {
-		return err
-	}
-	return st.CheckLeaseKeys(ai, s.node.FSM().Store().LeaseKeys(id), authpb.WRITE)
+	return mapErr(ctx, s.req.AuthorizeRead(ctx, req))
 }

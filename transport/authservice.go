@@ -11,6 +11,7 @@ import (
 
 	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/server"
 )
 
 // authService is etcd's Auth service. Every request but Authenticate goes
@@ -24,33 +25,36 @@ type authResponse interface {
 	GetHeader() *pb.ResponseHeader
 }
 
-func authCall[T authResponse](a *authService, ctx context.Context, r *pb.InternalRaftRequest) (T, error) {
+func authCall[R any, T interface {
+	*R
+	authResponse
+}](a *authService, ctx context.Context, r *pb.InternalRaftRequest) (T, error) {
 	var zero T
 	if r.Header == nil {
-		hdr, err := a.s.as(ctx)
+		hdr, err := a.s.req.As(ctx)
 		if err != nil {
-			return zero, err
+			return zero, mapErr(ctx, err)
 		}
 		r.Header = hdr
 	}
-	resp, err := propose[T](a.s, ctx, fsm.OpAuth, r)
+	resp, err := server.Propose[R, T](a.s.req, ctx, fsm.OpAuth, r)
 	if err != nil {
-		return zero, err
+		return zero, mapErr(ctx, err)
 	}
 	a.s.header(resp.GetHeader())
 	return resp, nil
 }
 
 func (a *authService) AuthEnable(ctx context.Context, r *pb.AuthEnableRequest) (*pb.AuthEnableResponse, error) {
-	return authCall[*pb.AuthEnableResponse](a, ctx, &pb.InternalRaftRequest{AuthEnable: r})
+	return authCall[pb.AuthEnableResponse](a, ctx, &pb.InternalRaftRequest{AuthEnable: r})
 }
 
 func (a *authService) AuthDisable(ctx context.Context, r *pb.AuthDisableRequest) (*pb.AuthDisableResponse, error) {
-	return authCall[*pb.AuthDisableResponse](a, ctx, &pb.InternalRaftRequest{AuthDisable: r})
+	return authCall[pb.AuthDisableResponse](a, ctx, &pb.InternalRaftRequest{AuthDisable: r})
 }
 
 func (a *authService) AuthStatus(ctx context.Context, r *pb.AuthStatusRequest) (*pb.AuthStatusResponse, error) {
-	return authCall[*pb.AuthStatusResponse](a, ctx, &pb.InternalRaftRequest{AuthStatus: r})
+	return authCall[pb.AuthStatusResponse](a, ctx, &pb.InternalRaftRequest{AuthStatus: r})
 }
 
 func (a *authService) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*pb.AuthUserAddResponse, error) {
@@ -61,19 +65,19 @@ func (a *authService) UserAdd(ctx context.Context, r *pb.AuthUserAddRequest) (*p
 		}
 		r = &pb.AuthUserAddRequest{Name: r.Name, Options: r.Options, HashedPassword: h}
 	}
-	return authCall[*pb.AuthUserAddResponse](a, ctx, &pb.InternalRaftRequest{AuthUserAdd: r})
+	return authCall[pb.AuthUserAddResponse](a, ctx, &pb.InternalRaftRequest{AuthUserAdd: r})
 }
 
 func (a *authService) UserGet(ctx context.Context, r *pb.AuthUserGetRequest) (*pb.AuthUserGetResponse, error) {
-	return authCall[*pb.AuthUserGetResponse](a, ctx, &pb.InternalRaftRequest{AuthUserGet: r})
+	return authCall[pb.AuthUserGetResponse](a, ctx, &pb.InternalRaftRequest{AuthUserGet: r})
 }
 
 func (a *authService) UserList(ctx context.Context, r *pb.AuthUserListRequest) (*pb.AuthUserListResponse, error) {
-	return authCall[*pb.AuthUserListResponse](a, ctx, &pb.InternalRaftRequest{AuthUserList: r})
+	return authCall[pb.AuthUserListResponse](a, ctx, &pb.InternalRaftRequest{AuthUserList: r})
 }
 
 func (a *authService) UserDelete(ctx context.Context, r *pb.AuthUserDeleteRequest) (*pb.AuthUserDeleteResponse, error) {
-	return authCall[*pb.AuthUserDeleteResponse](a, ctx, &pb.InternalRaftRequest{AuthUserDelete: r})
+	return authCall[pb.AuthUserDeleteResponse](a, ctx, &pb.InternalRaftRequest{AuthUserDelete: r})
 }
 
 func (a *authService) UserChangePassword(ctx context.Context, r *pb.AuthUserChangePasswordRequest) (*pb.AuthUserChangePasswordResponse, error) {
@@ -82,39 +86,39 @@ func (a *authService) UserChangePassword(ctx context.Context, r *pb.AuthUserChan
 		return nil, mapErr(ctx, err)
 	}
 	r = &pb.AuthUserChangePasswordRequest{Name: r.Name, HashedPassword: h}
-	return authCall[*pb.AuthUserChangePasswordResponse](a, ctx, &pb.InternalRaftRequest{AuthUserChangePassword: r})
+	return authCall[pb.AuthUserChangePasswordResponse](a, ctx, &pb.InternalRaftRequest{AuthUserChangePassword: r})
 }
 
 func (a *authService) UserGrantRole(ctx context.Context, r *pb.AuthUserGrantRoleRequest) (*pb.AuthUserGrantRoleResponse, error) {
-	return authCall[*pb.AuthUserGrantRoleResponse](a, ctx, &pb.InternalRaftRequest{AuthUserGrantRole: r})
+	return authCall[pb.AuthUserGrantRoleResponse](a, ctx, &pb.InternalRaftRequest{AuthUserGrantRole: r})
 }
 
 func (a *authService) UserRevokeRole(ctx context.Context, r *pb.AuthUserRevokeRoleRequest) (*pb.AuthUserRevokeRoleResponse, error) {
-	return authCall[*pb.AuthUserRevokeRoleResponse](a, ctx, &pb.InternalRaftRequest{AuthUserRevokeRole: r})
+	return authCall[pb.AuthUserRevokeRoleResponse](a, ctx, &pb.InternalRaftRequest{AuthUserRevokeRole: r})
 }
 
 func (a *authService) RoleAdd(ctx context.Context, r *pb.AuthRoleAddRequest) (*pb.AuthRoleAddResponse, error) {
-	return authCall[*pb.AuthRoleAddResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleAdd: r})
+	return authCall[pb.AuthRoleAddResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleAdd: r})
 }
 
 func (a *authService) RoleGet(ctx context.Context, r *pb.AuthRoleGetRequest) (*pb.AuthRoleGetResponse, error) {
-	return authCall[*pb.AuthRoleGetResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleGet: r})
+	return authCall[pb.AuthRoleGetResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleGet: r})
 }
 
 func (a *authService) RoleList(ctx context.Context, r *pb.AuthRoleListRequest) (*pb.AuthRoleListResponse, error) {
-	return authCall[*pb.AuthRoleListResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleList: r})
+	return authCall[pb.AuthRoleListResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleList: r})
 }
 
 func (a *authService) RoleDelete(ctx context.Context, r *pb.AuthRoleDeleteRequest) (*pb.AuthRoleDeleteResponse, error) {
-	return authCall[*pb.AuthRoleDeleteResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleDelete: r})
+	return authCall[pb.AuthRoleDeleteResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleDelete: r})
 }
 
 func (a *authService) RoleGrantPermission(ctx context.Context, r *pb.AuthRoleGrantPermissionRequest) (*pb.AuthRoleGrantPermissionResponse, error) {
-	return authCall[*pb.AuthRoleGrantPermissionResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleGrantPermission: r})
+	return authCall[pb.AuthRoleGrantPermissionResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleGrantPermission: r})
 }
 
 func (a *authService) RoleRevokePermission(ctx context.Context, r *pb.AuthRoleRevokePermissionRequest) (*pb.AuthRoleRevokePermissionResponse, error) {
-	return authCall[*pb.AuthRoleRevokePermissionResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleRevokePermission: r})
+	return authCall[pb.AuthRoleRevokePermissionResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleRevokePermission: r})
 }
 
 // Authenticate checks the password here (bcrypt, with the back-off after
@@ -127,7 +131,7 @@ func (a *authService) Authenticate(ctx context.Context, r *pb.AuthenticateReques
 	// caughtUp waits until this member has applied every entry committed
 	// before the call.
 	caughtUp := func() error {
-		_, err := linearizable(a.s, ctx, func() (struct{}, error) { return struct{}{}, nil })
+		_, err := server.Linearizable(a.s.req, ctx, func() (struct{}, error) { return struct{}{}, nil })
 		return err
 	}
 	for attempt := 0; ; attempt++ {
@@ -147,7 +151,7 @@ func (a *authService) Authenticate(ctx context.Context, r *pb.AuthenticateReques
 		}
 		req := &pb.InternalRaftRequest{Header: &pb.RequestHeader{AuthRevision: rev},
 			Authenticate: &pb.InternalAuthenticateRequest{Name: r.Name, SimpleToken: prefix}}
-		resp, err := authCall[*pb.AuthenticateResponse](a, ctx, req)
+		resp, err := authCall[pb.AuthenticateResponse](a, ctx, req)
 		if errors.Is(err, rpctypes.ErrGRPCAuthOldRevision) && attempt < 3 {
 			continue
 		}

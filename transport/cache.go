@@ -47,7 +47,7 @@ func (c *cacheService) relay(stream cachepb.Cache_SessionServer) error {
 	defer cancel()
 	conn, err := c.s.leaderConn(ctx)
 	if err != nil {
-		return err
+		return mapErr(ctx, err)
 	}
 	if conn == nil {
 		// This member became the leader meanwhile; its term's state may not

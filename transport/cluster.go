@@ -8,6 +8,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
+
+	"github.com/corenode/corenode/server"
 )
 
 type clusterService struct{ s *Server }
@@ -46,13 +48,13 @@ func (s *Server) membersAfterChange(ctx context.Context) []*pb.Member {
 // members lists the members once this member has applied every
 // configuration change committed before the call.
 func (s *Server) members(ctx context.Context) ([]*pb.Member, error) {
-	return linearizable(s, ctx, s.node.Members)
+	return server.Linearizable(s.req, ctx, s.node.Members)
 }
 
 func (c *clusterService) MemberAdd(ctx context.Context, r *pb.MemberAddRequest) (*pb.MemberAddResponse, error) {
-	added, err := onLeader(c.s, ctx, false, func(ctx context.Context) (*pb.Member, error) {
+	added, err := server.OnLeader(c.s.req, ctx, false, func(ctx context.Context) (*pb.Member, error) {
 		return c.s.node.AddMember(ctx, r.PeerURLs, r.IsLearner)
-	}, unary(c.s, func(ctx context.Context, conn *grpc.ClientConn) (*pb.Member, error) {
+	}, remote(c.s, func(ctx context.Context, conn *grpc.ClientConn) (*pb.Member, error) {
 		resp, err := pb.NewClusterClient(conn).MemberAdd(ctx, r)
 		if err != nil {
 			return nil, err
@@ -75,7 +77,7 @@ func (c *clusterService) MemberRemove(ctx context.Context, r *pb.MemberRemoveReq
 		return nil, rpctypes.ErrGRPCMemberNotFound
 	}
 	removed := ms[i]
-	_, err = onLeader(c.s, ctx, false, func(ctx context.Context) (*pb.MemberRemoveResponse, error) {
+	_, err = server.OnLeader(c.s.req, ctx, false, func(ctx context.Context) (*pb.MemberRemoveResponse, error) {
 		if err := c.s.node.RemoveMember(ctx, r.ID); err != nil {
 			return nil, err
 		}
@@ -83,7 +85,7 @@ func (c *clusterService) MemberRemove(ctx context.Context, r *pb.MemberRemoveReq
 			go c.s.tellRemoved(r.ID, addr)
 		}
 		return nil, nil
-	}, unary(c.s, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberRemoveResponse, error) {
+	}, remote(c.s, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberRemoveResponse, error) {
 		return pb.NewClusterClient(conn).MemberRemove(ctx, r)
 	}))
 	if err != nil {
@@ -93,9 +95,9 @@ func (c *clusterService) MemberRemove(ctx context.Context, r *pb.MemberRemoveReq
 }
 
 func (c *clusterService) MemberUpdate(ctx context.Context, r *pb.MemberUpdateRequest) (*pb.MemberUpdateResponse, error) {
-	_, err := onLeader(c.s, ctx, false, func(ctx context.Context) (*pb.MemberUpdateResponse, error) {
+	_, err := server.OnLeader(c.s.req, ctx, false, func(ctx context.Context) (*pb.MemberUpdateResponse, error) {
 		return nil, c.s.node.UpdateMember(ctx, r.ID, r.PeerURLs)
-	}, unary(c.s, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberUpdateResponse, error) {
+	}, remote(c.s, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberUpdateResponse, error) {
 		return pb.NewClusterClient(conn).MemberUpdate(ctx, r)
 	}))
 	if err != nil {
@@ -105,9 +107,9 @@ func (c *clusterService) MemberUpdate(ctx context.Context, r *pb.MemberUpdateReq
 }
 
 func (c *clusterService) MemberPromote(ctx context.Context, r *pb.MemberPromoteRequest) (*pb.MemberPromoteResponse, error) {
-	_, err := onLeader(c.s, ctx, false, func(ctx context.Context) (*pb.MemberPromoteResponse, error) {
+	_, err := server.OnLeader(c.s.req, ctx, false, func(ctx context.Context) (*pb.MemberPromoteResponse, error) {
 		return nil, c.s.node.PromoteMember(ctx, r.ID)
-	}, unary(c.s, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberPromoteResponse, error) {
+	}, remote(c.s, func(ctx context.Context, conn *grpc.ClientConn) (*pb.MemberPromoteResponse, error) {
 		return pb.NewClusterClient(conn).MemberPromote(ctx, r)
 	}))
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/node"
 	"github.com/corenode/corenode/readlease"
+	"github.com/corenode/corenode/server"
 )
 
 // errTable is the one place where an error from below the edge becomes
@@ -33,6 +34,10 @@ var errTable = []struct {
 	{checkpoint.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
 	{readlease.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
 	{lessor.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
+	{server.ErrNotSent, rpctypes.ErrGRPCNotLeader},
+	{server.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
+	{server.ErrCorrupt, rpctypes.ErrGRPCCorrupt},
+	{server.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
 	{context.DeadlineExceeded, rpctypes.ErrGRPCTimeout},
 	{node.ErrBadTransferee, rpctypes.ErrGRPCBadLeaderTransferee},
 	{node.ErrTransferTimeout, errGRPCTimeoutLeaderTransfer},
@@ -57,6 +62,7 @@ var errTable = []struct {
 	{kv.ErrValueProvided, rpctypes.ErrGRPCValueProvided},
 	{kv.ErrLeaseProvided, rpctypes.ErrGRPCLeaseProvided},
 	{kv.ErrDuplicateKey, rpctypes.ErrGRPCDuplicateKey},
+	{kv.ErrTooManyOps, rpctypes.ErrGRPCTooManyOps},
 	{kv.ErrInvalidSortOption, rpctypes.ErrGRPCInvalidSortOption},
 	{kv.ErrCompacted, rpctypes.ErrGRPCCompacted},
 	{kv.ErrFutureRev, rpctypes.ErrGRPCFutureRev},
@@ -100,6 +106,11 @@ var errGRPCCatchingUp = status.Error(codes.Unavailable, "corenode: this member i
 func mapErr(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
+	}
+	var u *server.Unreachable
+	if errors.As(err, &u) {
+		// What the connection to the leader said, as it said it.
+		err = u.Err
 	}
 	if _, ok := status.FromError(err); ok {
 		return err

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"github.com/corenode/corenode/server"
 )
 
 // connTracker remembers accepted connections so a test can reset them.
@@ -75,11 +78,12 @@ func putOnce(t *testing.T, addr string) error {
 	return err
 }
 
-// TestRetryableAfterConnectionLoss checks retryable against the errors gRPC
+// TestPeerErrAfterConnectionLoss checks peerErr against the errors gRPC
 // really returns: a write whose connection broke after the leader received
-// it must not be sent again (jepsen-lite saw forwarded puts applied three
-// times), while one that never found a connection may be.
-func TestRetryableAfterConnectionLoss(t *testing.T) {
+// it is Unreachable, which the request layer sends again only when
+// idempotent (jepsen-lite saw forwarded puts applied three times), while
+// one that never found a connection was not sent, and may be sent again.
+func TestPeerErrAfterConnectionLoss(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -98,11 +102,12 @@ func TestRetryableAfterConnectionLoss(t *testing.T) {
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("a cut connection gave %v, want Unavailable", err)
 	}
-	if retryable(err, false) {
-		t.Fatalf("a write cut off after it was received counts as never sent: %v", err)
+	var u *server.Unreachable
+	if perr := peerErr(err); !errors.As(perr, &u) || errors.Is(perr, server.ErrNotSent) {
+		t.Fatalf("a write cut off after it was received is %v, want server.Unreachable", perr)
 	}
-	if !retryable(err, true) {
-		t.Fatalf("an idempotent call cut off is not retried: %v", err)
+	if st := status.Convert(mapErr(context.Background(), peerErr(err))); st.Code() != codes.Unavailable {
+		t.Fatalf("the client of a write cut off hears %v, want what the connection said", st)
 	}
 
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
@@ -112,7 +117,7 @@ func TestRetryableAfterConnectionLoss(t *testing.T) {
 	addr := closed.Addr().String()
 	closed.Close()
 	err = putOnce(t, addr)
-	if !retryable(err, false) {
-		t.Fatalf("a write that never connected is not retried: %v", err)
+	if perr := peerErr(err); !errors.Is(perr, server.ErrNotSent) {
+		t.Fatalf("a write that never connected is %v, want server.ErrNotSent", perr)
 	}
 }

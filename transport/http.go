@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/corenode/corenode/server"
 )
 
 // HTTPHandler serves /health (etcd's JSON form), /livez, /readyz,
@@ -90,6 +92,6 @@ func (s *Server) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	// A read index from the leader proves it holds a quorum.
-	_, err := linearizable(s, ctx, func() (struct{}, error) { return struct{}{}, nil })
+	_, err := server.Linearizable(s.req, ctx, func() (struct{}, error) { return struct{}{}, nil })
 	return err
 }

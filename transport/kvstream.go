@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/corenode/corenode/kv"
+	"github.com/corenode/corenode/server"
 )
 
 // etcd 3.7 adds KV.RangeStream: a Range answered in chunks, so a large
@@ -147,7 +148,7 @@ func (k *kvService) RangeStream(r *pb.RangeRequest, stream grpc.ServerStream) er
 	if r.MinModRevision != 0 || r.MaxModRevision != 0 || r.MinCreateRevision != 0 || r.MaxCreateRevision != 0 {
 		return status.Error(codes.Unimplemented, "RangeStream does not support revision filters")
 	}
-	if k.s.corrupt() {
+	if k.s.req.Corrupt() {
 		return rpctypes.ErrGRPCCorrupt
 	}
 	store := k.s.node.Store()
@@ -165,7 +166,7 @@ func (k *kvService) RangeStream(r *pb.RangeRequest, stream grpc.ServerStream) er
 	if r.Serializable {
 		rev, err = start()
 	} else {
-		rev, err = linearizable(k.s, ctx, start)
+		rev, err = server.Linearizable(k.s.req, ctx, start)
 	}
 	if err != nil {
 		return mapErr(ctx, err)
@@ -186,7 +187,7 @@ func (k *kvService) RangeStream(r *pb.RangeRequest, stream grpc.ServerStream) er
 	if total <= 0 {
 		total = math.MaxInt64
 	}
-	target := k.s.limits.MaxRequestBytes // NewServer set the default
+	target := k.s.req.Limits().MaxRequestBytes // NewServer set the default
 	chunk := &pb.RangeRequest{Key: r.Key, RangeEnd: r.RangeEnd, Revision: r.Revision, KeysOnly: r.KeysOnly,
 		SortOrder: r.SortOrder, SortTarget: r.SortTarget, Serializable: true, Limit: min(rangeStreamFirstChunk, total)}
 	var sent int64

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"io"
 	"sync"
-	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
@@ -16,6 +14,7 @@ import (
 	"github.com/corenode/corenode/checkpoint"
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/lessor"
+	"github.com/corenode/corenode/server"
 )
 
 // SetLeases enables the Lease service, whose rules l applies; m counts
@@ -28,7 +27,7 @@ type leaseService struct{ s *Server }
 
 func (l *leaseService) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	resp, err := l.s.leases.Grant(ctx, r, func(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
-		return propose[*pb.LeaseGrantResponse](l.s, ctx, fsm.OpLeaseGrant, req)
+		return server.Propose[pb.LeaseGrantResponse](l.s.req, ctx, fsm.OpLeaseGrant, req)
 	})
 	if err != nil {
 		return nil, mapErr(ctx, err)
@@ -39,7 +38,7 @@ func (l *leaseService) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) 
 }
 
 func (l *leaseService) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	resp, err := propose[*pb.LeaseRevokeResponse](l.s, ctx, fsm.OpLeaseRevoke, r)
+	resp, err := server.Propose[pb.LeaseRevokeResponse](l.s.req, ctx, fsm.OpLeaseRevoke, r)
 	if err != nil {
 		return nil, err
 	}
@@ -50,9 +49,9 @@ func (l *leaseService) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest
 
 func (l *leaseService) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	// Only the leader knows how much time is left.
-	resp, err := onLeader(l.s, ctx, true, func(ctx context.Context) (*pb.LeaseTimeToLiveResponse, error) {
+	resp, err := server.OnLeader(l.s.req, ctx, true, func(ctx context.Context) (*pb.LeaseTimeToLiveResponse, error) {
 		return l.s.leases.TimeToLive(ctx, r)
-	}, unary(l.s, func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseTimeToLiveResponse, error) {
+	}, remote(l.s, func(ctx context.Context, c *grpc.ClientConn) (*pb.LeaseTimeToLiveResponse, error) {
 		return pb.NewLeaseClient(c).LeaseTimeToLive(ctx, r)
 	}))
 	if err != nil {
@@ -64,7 +63,7 @@ func (l *leaseService) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiv
 }
 
 func (l *leaseService) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
-	resp, err := linearizable(l.s, ctx, func() (*pb.LeaseLeasesResponse, error) {
+	resp, err := server.Linearizable(l.s.req, ctx, func() (*pb.LeaseLeasesResponse, error) {
 		if err := l.s.authorizeRead(ctx, r); err != nil {
 			return nil, err
 		}
@@ -112,7 +111,7 @@ func (l *leaseService) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) erro
 				// The header is taken before the renewal, as etcd does: its
 				// revision is then at most the one the renewal happened at.
 				header := l.s.header(nil)
-				if err := l.s.allow(ctx, func(ai auth.Info) error { return l.s.authorizeRenew(ai, req.ID) }); err != nil {
+				if err := l.s.allow(ctx, func(ai auth.Info) error { return l.s.req.AuthorizeRenew(ai, req.ID) }); err != nil {
 					cancel(err)
 					return
 				}
@@ -147,10 +146,14 @@ func (l *leaseService) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) erro
 // renew runs a keep-alive on the leader, forwarding it from a follower over
 // the member's one shared keep-alive stream.
 func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
-	return onLeader(s, ctx, true, func(ctx context.Context) (int64, error) {
+	return server.OnLeader(s.req, ctx, true, func(ctx context.Context) (int64, error) {
 		return s.leases.Renew(ctx, id)
-	}, func(ctx context.Context, changed <-chan struct{}, c *grpc.ClientConn) (int64, error) {
-		return s.keepAlive.renew(ctx, changed, s.grace, c, id)
+	}, func(ctx context.Context, leader string) (int64, error) {
+		conn, err := s.peers.Conn(leader)
+		if err != nil {
+			return 0, server.ErrNotSent
+		}
+		return s.keepAlive.renew(ctx, conn, id)
 	})
 }
 
@@ -175,7 +178,10 @@ type kaForwarder struct {
 	waiters map[int64][]chan *pb.LeaseKeepAliveResponse
 }
 
-func (f *kaForwarder) renew(ctx context.Context, changed <-chan struct{}, grace time.Duration, conn *grpc.ClientConn, id int64) (int64, error) {
+// renew sends a keep-alive for id on the stream to conn's member and waits
+// for its answer until ctx ends (the request layer ends it grace after the
+// leader changed).
+func (f *kaForwarder) renew(ctx context.Context, conn *grpc.ClientConn, id int64) (int64, error) {
 	ch := make(chan *pb.LeaseKeepAliveResponse, 1)
 	f.mu.Lock()
 	if f.stream == nil || f.conn != conn {
@@ -185,7 +191,7 @@ func (f *kaForwarder) renew(ctx context.Context, changed <-chan struct{}, grace 
 		if err != nil {
 			cancel()
 			f.mu.Unlock()
-			return 0, rpctypes.ErrGRPCNotLeader // nothing was sent: safe to retry
+			return 0, server.ErrNotSent
 		}
 		f.conn, f.stream, f.cancel = conn, stream, cancel
 		f.waiters = map[int64][]chan *pb.LeaseKeepAliveResponse{}
@@ -195,20 +201,21 @@ func (f *kaForwarder) renew(ctx context.Context, changed <-chan struct{}, grace 
 	if err := f.stream.Send(&pb.LeaseKeepAliveRequest{ID: id}); err != nil {
 		f.resetLocked()
 		f.mu.Unlock()
-		return 0, rpctypes.ErrGRPCNotLeader
+		return 0, server.ErrNotSent
 	}
 	f.mu.Unlock()
-	resp, ok, err := await(ctx, changed, grace, ch)
-	switch {
-	case err != nil:
+	select {
+	case resp, ok := <-ch:
+		if !ok {
+			// The stream broke; a keep-alive is idempotent, so the caller
+			// may send it again to whoever leads now.
+			return 0, server.ErrNotLeader
+		}
+		return resp.TTL, nil
+	case <-ctx.Done():
 		f.drop(id, ch)
-		return 0, err
-	case !ok:
-		// The stream broke; a keep-alive is idempotent, so the caller may
-		// send it again to whoever leads now.
-		return 0, rpctypes.ErrGRPCNotLeader
+		return 0, ctx.Err()
 	}
-	return resp.TTL, nil
 }
 
 func (f *kaForwarder) drop(id int64, ch chan *pb.LeaseKeepAliveResponse) {

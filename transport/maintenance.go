@@ -21,6 +21,7 @@ import (
 	"github.com/corenode/corenode/etcddb"
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/kv"
+	"github.com/corenode/corenode/server"
 )
 
 // APIVersion is the etcd API version corenode reports in Status; clients
@@ -38,14 +39,14 @@ type maintenanceService struct{ s *Server }
 // raft, as etcd does; `etcdctl alarm disarm` clears each listed alarm.
 func (m *maintenanceService) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
 	if r.Action != pb.AlarmRequest_GET {
-		resp, err := propose[*pb.AlarmResponse](m.s, ctx, fsm.OpAlarm, r)
+		resp, err := server.Propose[pb.AlarmResponse](m.s.req, ctx, fsm.OpAlarm, r)
 		if err != nil {
 			return nil, mapErr(ctx, err)
 		}
 		resp.Header = m.s.header(resp.Header)
 		return resp, nil
 	}
-	alarms, err := linearizable(m.s, ctx, func() ([]*pb.AlarmMember, error) { return m.s.node.FSM().Alarms(), nil })
+	alarms, err := server.Linearizable(m.s.req, ctx, func() ([]*pb.AlarmMember, error) { return m.s.node.FSM().Alarms(), nil })
 	if err != nil {
 		return nil, mapErr(ctx, err)
 	}
@@ -58,18 +59,10 @@ func (m *maintenanceService) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb
 	return resp, nil
 }
 
-// corrupt reports whether the corruption check has named this member: its
-// state differs from the majority's, so it answers no read from it.
-func (s *Server) corrupt() bool {
-	return s.node.FSM().HasAlarm(s.node.ID(), pb.AlarmType_CORRUPT)
-}
-
 // RaiseAlarm raises an alarm of type t for member id through raft and
 // returns once it has applied here.
 func (s *Server) RaiseAlarm(ctx context.Context, id uint64, t pb.AlarmType) error {
-	req := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: id, Alarm: t}
-	_, err := propose[*pb.AlarmResponse](s, ctx, fsm.OpAlarm, req)
-	return err
+	return s.req.RaiseAlarm(ctx, id, t)
 }
 
 // PeerHashKV asks member id, over the peer port, for its hash of the key
@@ -87,7 +80,7 @@ func (s *Server) PeerHashKV(ctx context.Context, id uint64, rev int64) (kv.KVHas
 	if err != nil {
 		return kv.KVHash{}, fmt.Errorf("transport: member %x peer URL: %w", id, err)
 	}
-	conn, err := s.peerConn(u.Host)
+	conn, err := s.peers.Conn(u.Host)
 	if err != nil {
 		return kv.KVHash{}, err
 	}
@@ -96,19 +89,6 @@ func (s *Server) PeerHashKV(ctx context.Context, id uint64, rev int64) (kv.KVHas
 		return kv.KVHash{}, err
 	}
 	return kv.KVHash{Hash: resp.Hash, Revision: resp.HashRevision, CompactRevision: resp.CompactRevision}, nil
-}
-
-// raiseNoSpace raises this member's NOSPACE alarm, once: a write refused
-// for the quota tells every member to refuse writes that add data.
-func (s *Server) raiseNoSpace(ctx context.Context) {
-	f := s.node.FSM()
-	if f.HasAlarm(0, pb.AlarmType_NOSPACE) {
-		return
-	}
-	s.log.Warn("space quota exceeded: raising the NOSPACE alarm", "state-bytes", f.Store().Size(), "quota-bytes", s.limits.QuotaBackendBytes)
-	if err := s.RaiseAlarm(ctx, s.node.ID(), pb.AlarmType_NOSPACE); err != nil {
-		s.log.Warn("raising the NOSPACE alarm failed; the next refused write tries again", "err", err)
-	}
 }
 
 func (m *maintenanceService) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
@@ -124,7 +104,7 @@ func (m *maintenanceService) Status(ctx context.Context, r *pb.StatusRequest) (*
 		RaftAppliedIndex: rf.AppliedIndex(),
 		DbSize:           n.DiskSize(),
 		DbSizeInUse:      n.DiskSize(),
-		DbSizeQuota:      max(m.s.limits.QuotaBackendBytes, 0),
+		DbSizeQuota:      max(m.s.req.Limits().QuotaBackendBytes, 0),
 		StorageVersion:   APIVersion,
 		IsLearner:        n.IsLearner(),
 	}
@@ -174,10 +154,10 @@ func (m *maintenanceService) HashKV(ctx context.Context, r *pb.HashKVRequest) (*
 // call (a read index, as for a linearizable read), never a lagging one.
 func (m *maintenanceService) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_SnapshotServer) error {
 	ctx := srv.Context()
-	if m.s.corrupt() {
+	if m.s.req.Corrupt() {
 		return rpctypes.ErrGRPCCorrupt
 	}
-	file, err := linearizable(m.s, ctx, func() (*etcddb.File, error) {
+	file, err := server.Linearizable(m.s.req, ctx, func() (*etcddb.File, error) {
 		f, err := m.s.node.ExportSnapshot(ctx)
 		if err != nil && ctx.Err() == nil {
 			m.s.log.Error("snapshot for client failed", "err", err)
@@ -234,9 +214,9 @@ func snapshotErr(err error) error {
 }
 
 func (m *maintenanceService) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
-	_, err := onLeader(m.s, ctx, false, func(ctx context.Context) (*pb.MoveLeaderResponse, error) {
+	_, err := server.OnLeader(m.s.req, ctx, false, func(ctx context.Context) (*pb.MoveLeaderResponse, error) {
 		return nil, m.s.node.TransferLeadership(r.TargetID)
-	}, unary(m.s, func(ctx context.Context, c *grpc.ClientConn) (*pb.MoveLeaderResponse, error) {
+	}, remote(m.s, func(ctx context.Context, c *grpc.ClientConn) (*pb.MoveLeaderResponse, error) {
 		return pb.NewMaintenanceClient(c).MoveLeader(ctx, r)
 	}))
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/server"
 )
 
 // The peer service carries what only members say to each other. Its
@@ -99,7 +100,7 @@ func (p *peerService) ClusterAge(context.Context, *emptypb.Empty) (*durationpb.D
 // ClusterAge asks the member at peer address addr how long it has been
 // part of the cluster (node.PeerAges).
 func (s *Server) ClusterAge(ctx context.Context, addr raft.ServerAddress) (time.Duration, error) {
-	conn, err := s.peerConn(string(addr))
+	conn, err := s.peers.Conn(string(addr))
 	if err != nil {
 		return 0, err
 	}
@@ -111,7 +112,7 @@ func (s *Server) ClusterAge(ctx context.Context, addr raft.ServerAddress) (time.
 }
 
 func (p *peerService) ReadIndex(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusResponse, error) {
-	index, err := p.s.node.ReadIndex(ctx)
+	index, err := p.s.req.ReadIndex(ctx)
 	if err != nil {
 		return nil, mapErr(ctx, err)
 	}
@@ -122,7 +123,7 @@ func (p *peerService) ReadIndex(ctx context.Context, _ *pb.StatusRequest) (*pb.S
 // forever: the leader stops replicating to it, so it may never see its own
 // removal. Best effort; it also notices when it applies the configuration.
 func (s *Server) tellRemoved(id uint64, addr string) {
-	conn, err := s.peerConn(addr)
+	conn, err := s.peers.Conn(addr)
 	if err != nil {
 		return
 	}
@@ -134,7 +135,7 @@ func (s *Server) tellRemoved(id uint64, addr string) {
 }
 
 func (s *Server) publish(ctx context.Context, m *pb.Member) (*pb.MemberUpdateResponse, error) {
-	_, err := propose[*pb.Member](s, ctx, fsm.OpPublish, m)
+	_, err := server.Propose[pb.Member](s.req, ctx, fsm.OpPublish, m)
 	if err != nil {
 		return nil, err
 	}

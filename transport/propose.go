@@ -156,7 +156,7 @@ func (s *Server) serveProposals(stream grpc.ServerStream) error {
 			go func() {
 				// A proposal's wait is bounded by raft (its enqueue timeout,
 				// and a leader without quorum steps down), not by ctx.
-				resp, index, err := s.node.ProposeEncoded(ctx, cmd)
+				resp, index, err := s.req.ProposeForwarded(ctx, cmd)
 				if !indexed {
 					index = 0
 				}

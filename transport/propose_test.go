@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/server"
 )
 
 // fakeLeader serves /corenode.Peer/Propose with answer deciding each
@@ -131,7 +132,7 @@ func TestProposalStreamRoutesAnswers(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			body, index, err := f.propose(ctx, nil, time.Second, conn, cmd)
+			body, index, err := f.propose(ctx, time.Second, conn, cmd)
 			if value == "refuse" {
 				if !errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) {
 					errs <- fmt.Errorf("command %d: got %v, want %v", i, err, rpctypes.ErrGRPCLeaseNotFound)
@@ -187,15 +188,12 @@ func TestProposalStreamCutAfterSend(t *testing.T) {
 	cmd := putCommand(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, _, err = f.propose(ctx, nil, time.Second, conn, cmd)
+	_, _, err = f.propose(ctx, time.Second, conn, cmd)
 	if got.Load() != 1 {
 		t.Fatalf("the leader saw %d commands, want 1", got.Load())
 	}
-	if !errors.Is(err, errLeaderChanged) {
-		t.Fatalf("a command cut off after the leader got it returned %v, want %v", err, errLeaderChanged)
-	}
-	if retryable(err, false) {
-		t.Fatalf("a command cut off after the leader got it counts as never sent: %v", err)
+	if !errors.Is(err, server.ErrLeaderChanged) {
+		t.Fatalf("a command cut off after the leader got it returned %v, want %v (its outcome is unknown)", err, server.ErrLeaderChanged)
 	}
 
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
@@ -204,40 +202,9 @@ func TestProposalStreamCutAfterSend(t *testing.T) {
 	}
 	gone := dialPeer(t, closed.Addr().String())
 	closed.Close()
-	_, _, err = f.propose(ctx, nil, time.Second, gone, cmd)
-	if !errors.Is(err, errNotSent) || !retryable(err, false) {
-		t.Fatalf("a command that never left returned %v, want the retryable %v", err, errNotSent)
-	}
-}
-
-// TestProposalGivesUpAfterLeaderChange: a leader that stops answering is
-// waited for only grace after this member saw the leader change.
-func TestProposalGivesUpAfterLeaderChange(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	received := make(chan struct{}, 1)
-	fakeLeader(t, ln, func(grpc.ServerStream, uint64, []byte) []byte {
-		received <- struct{}{}
-		return nil // never answers
-	})
-	conn := dialPeer(t, ln.Addr().String())
-	var f proposalForwarder
-	defer f.close()
-	cmd := putCommand(t)
-	changed := make(chan struct{})
-	go func() {
-		<-received
-		close(changed)
-	}()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, _, err := f.propose(ctx, changed, 50*time.Millisecond, conn, cmd); !errors.Is(err, errLeaderChanged) {
-		t.Fatalf("got %v, want %v", err, errLeaderChanged)
-	}
-	if ctx.Err() != nil {
-		t.Fatal("the call waited for its context rather than for grace")
+	_, _, err = f.propose(ctx, time.Second, gone, cmd)
+	if !errors.Is(err, server.ErrNotSent) {
+		t.Fatalf("a command that never left returned %v, want %v", err, server.ErrNotSent)
 	}
 }
 
@@ -290,7 +257,7 @@ func TestProposalStreamRetired(t *testing.T) {
 	cmd := putCommand(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, _, err := f.propose(ctx, nil, time.Second, conn, cmd); err != nil {
+	if _, _, err := f.propose(ctx, time.Second, conn, cmd); err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
@@ -302,7 +269,7 @@ func TestProposalStreamRetired(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the retired stream stayed open")
 	}
-	if _, _, err := f.propose(ctx, nil, time.Second, conn, cmd); err != nil {
+	if _, _, err := f.propose(ctx, time.Second, conn, cmd); err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()

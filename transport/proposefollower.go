@@ -8,14 +8,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
-)
 
-// errNotSent fails a forwarded command that never left this member: it
-// may be sent again without being applied twice.
-var errNotSent = rpctypes.ErrGRPCNotLeader
+	"github.com/corenode/corenode/server"
+)
 
 // proposalForwarder is a follower's side: one stream to the current leader,
 // commands multiplexed on it by id.
@@ -54,18 +51,18 @@ type proposalWaiter struct {
 
 // propose sends cmd to the leader over conn and returns the leader's
 // answer: the response and the log index it applied at (0 from a leader
-// of an earlier version). changed is closed when this member sees the
-// leader change; the call then waits at most grace longer and returns
-// errLeaderChanged, as a unary forward does. A command that never left
-// returns errNotSent.
-func (f *proposalForwarder) propose(ctx context.Context, changed <-chan struct{}, grace time.Duration, conn *grpc.ClientConn, cmd []byte) ([]byte, uint64, error) {
+// of an earlier version), or the leader's error. A command that never left
+// returns server.ErrNotSent, one whose stream broke after it was handed
+// over server.ErrLeaderChanged (its outcome is unknown). The request layer
+// ends ctx grace after the leader changed.
+func (f *proposalForwarder) propose(ctx context.Context, grace time.Duration, conn *grpc.ClientConn, cmd []byte) ([]byte, uint64, error) {
 	st, err := f.streamTo(conn, grace)
 	if err != nil {
-		return nil, 0, errNotSent
+		return nil, 0, server.ErrNotSent
 	}
 	id, w, ok := st.add()
 	if !ok {
-		return nil, 0, errNotSent
+		return nil, 0, server.ErrNotSent
 	}
 	var a proposalAnswer
 	select {
@@ -76,10 +73,11 @@ func (f *proposalForwarder) propose(ctx context.Context, changed <-chan struct{}
 		st.drop(id)
 		return nil, 0, ctx.Err()
 	}
-	a, _, err = await(ctx, changed, grace, w.ch)
-	if err != nil {
+	select {
+	case a = <-w.ch:
+	case <-ctx.Done():
 		st.drop(id)
-		return nil, 0, err
+		return nil, 0, ctx.Err()
 	}
 	return a.body, a.index, a.err
 }
@@ -260,9 +258,9 @@ func (st *proposalStream) fail() {
 	}
 	st.broken = true
 	for id, w := range st.waiters {
-		err := errNotSent
+		err := server.ErrNotSent
 		if w.sent {
-			err = errLeaderChanged
+			err = server.ErrLeaderChanged
 		}
 		w.ch <- proposalAnswer{err: err}
 		delete(st.waiters, id)

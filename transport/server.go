@@ -6,21 +6,18 @@ package transport
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/corenode/corenode/api/cachepb"
 	"github.com/corenode/corenode/checkpoint"
-	"github.com/corenode/corenode/internal/round"
 	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/node"
 	"github.com/corenode/corenode/readlease"
+	"github.com/corenode/corenode/server"
 )
 
 // forwardedKey marks a request a member forwarded to the leader. The leader
@@ -29,56 +26,40 @@ import (
 // request to one hop per attempt.
 const forwardedKey = "corenode-forwarded"
 
-// Server implements the etcd v3 services over one member.
+// Server implements the etcd v3 services over one member: it decodes a
+// call, runs it in the request layer (req, kv), maps the error and fills
+// the header.
 type Server struct {
-	node   *node.Node
-	peers  *PeerMux
-	limits Limits
-	log    *slog.Logger
-	// RequestTimeout bounds a request whose client set no deadline, as etcd's
-	// request timeout does.
-	requestTimeout time.Duration
+	node  *node.Node
+	req   *server.Server
+	kv    server.KV
+	peers *PeerClient
+	log   *slog.Logger
 	// grace is how long a forwarded call may go on after the leader changed.
 	grace time.Duration
 
 	// progressInterval is the watch progress notification period.
 	progressInterval time.Duration
 
-	cmu   sync.Mutex
-	conns map[string]*grpc.ClientConn // by leader peer address
-
-	// indexRounds shares read-index round trips among a follower's
-	// linearizable reads.
-	indexRounds *round.Group[uint64]
-
 	leases       *lessor.Lessor
 	leaseMetrics *checkpoint.Metrics
 	keepAlive    kaForwarder
-	proposals    proposalForwarder
 	readLeases   *readlease.Manager
 	logins       *prometheus.CounterVec
 }
 
-// NewServer returns the services for n.
-func NewServer(n *node.Node, peers *PeerMux, limits Limits, electionTimeout time.Duration, logger *slog.Logger) *Server {
-	if limits.MaxRequestBytes == 0 {
-		limits.MaxRequestBytes = 1536 * 1024
+// NewServer returns the services of member n, whose requests req runs and
+// whose peer-port client is peers.
+func NewServer(n *node.Node, req *server.Server, peers *PeerClient, logger *slog.Logger) *Server {
+	return &Server{
+		node:             n,
+		req:              req,
+		kv:               req,
+		peers:            peers,
+		log:              logger,
+		grace:            req.Grace(),
+		progressInterval: DefaultProgressNotifyInterval,
 	}
-	if limits.MaxTxnOps == 0 {
-		limits.MaxTxnOps = 128
-	}
-	s := &Server{
-		node:           n,
-		peers:          peers,
-		limits:         limits,
-		log:            logger,
-		requestTimeout: 5*time.Second + 2*electionTimeout,
-		grace:          electionTimeout,
-		conns:          map[string]*grpc.ClientConn{},
-	}
-	s.progressInterval = DefaultProgressNotifyInterval
-	s.indexRounds = round.New(s.askReadIndex)
-	return s
 }
 
 // Register adds the client-facing services to g. Members also serve them on
@@ -105,14 +86,8 @@ func (s *Server) RegisterPeer(g *grpc.Server) {
 
 // Close drops connections to other members.
 func (s *Server) Close() {
-	s.cmu.Lock()
-	defer s.cmu.Unlock()
 	s.keepAlive.close()
-	s.proposals.close()
-	for addr, c := range s.conns {
-		c.Close()
-		delete(s.conns, addr)
-	}
+	s.peers.Close()
 }
 
 // header fills a response header as etcd does: this member's view.
@@ -131,14 +106,6 @@ func (s *Server) headerOf(rev int64) header {
 	return header{cluster: s.node.ClusterID(), member: s.node.ID(), term: s.node.Term(), rev: rev}
 }
 
-func isForwarded(ctx context.Context) bool {
-	md, ok := metadata.FromIncomingContext(ctx)
-	return ok && len(md.Get(forwardedKey)) > 0
-}
-
 func (s *Server) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return context.WithCancel(ctx)
-	}
-	return context.WithTimeout(ctx, s.requestTimeout)
+	return s.req.WithTimeout(ctx)
 }

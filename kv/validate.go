@@ -1,55 +1,46 @@
-package transport
+package kv
 
 import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-
-	"github.com/corenode/corenode/kv"
 )
 
-// Limits are the request limits a member enforces before proposing.
-type Limits struct {
-	// MaxRequestBytes bounds an encoded write request (--max-request-bytes).
-	MaxRequestBytes int
-	// MaxTxnOps bounds the compares and the ops of each Txn branch (--max-txn-ops).
-	MaxTxnOps int
-	// QuotaBackendBytes bounds the store's state (--quota-backend-bytes,
-	// see fsm.OverQuota); 0 or less is no quota.
-	QuotaBackendBytes int64
-}
+// Requests are checked before they reach raft (CheckRange, CheckPut,
+// CheckDeleteRange, CheckTxn), with the errors etcd's server gives, so a
+// bad request never leaves the member and a client sees what it would see
+// from etcd. What depends on state (leases, duplicate keys across nested
+// branches) is decided again at apply.
 
-// Requests are checked here, before they reach Raft, with the same errors
-// etcd's server gives, so a client sees exactly what it would see from etcd.
-// What depends on state (leases, duplicate keys across nested branches) is
-// decided again at apply.
-
-func checkPut(r *pb.PutRequest) error {
-	if len(r.Key) == 0 {
-		return rpctypes.ErrGRPCEmptyKey
+// CheckPut validates a Put request.
+func CheckPut(r *pb.PutRequest) error {
+	if r == nil || len(r.Key) == 0 {
+		return ErrEmptyKey
 	}
 	if r.IgnoreValue && len(r.Value) != 0 {
-		return rpctypes.ErrGRPCValueProvided
+		return ErrValueProvided
 	}
 	if r.IgnoreLease && r.Lease != 0 {
-		return rpctypes.ErrGRPCLeaseProvided
+		return ErrLeaseProvided
 	}
 	return nil
 }
 
-func checkDeleteRange(r *pb.DeleteRangeRequest) error {
-	if len(r.Key) == 0 {
-		return rpctypes.ErrGRPCEmptyKey
+// CheckDeleteRange validates a DeleteRange request.
+func CheckDeleteRange(r *pb.DeleteRangeRequest) error {
+	if r == nil || len(r.Key) == 0 {
+		return ErrEmptyKey
 	}
 	return nil
 }
 
-func checkTxn(r *pb.TxnRequest, maxOps int) error {
+// CheckTxn validates a Txn request whose compares and branches may hold
+// at most maxOps each.
+func CheckTxn(r *pb.TxnRequest, maxOps int) error {
 	if len(r.Compare) > maxOps || len(r.Success) > maxOps || len(r.Failure) > maxOps {
-		return rpctypes.ErrGRPCTooManyOps
+		return ErrTooManyOps
 	}
 	for _, c := range r.Compare {
 		if len(c.Key) == 0 {
-			return rpctypes.ErrGRPCEmptyKey
+			return ErrEmptyKey
 		}
 	}
 	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
@@ -68,15 +59,15 @@ func checkTxn(r *pb.TxnRequest, maxOps int) error {
 func checkRequestOp(op *pb.RequestOp, maxOps int) error {
 	switch u := op.Request.(type) {
 	case *pb.RequestOp_RequestRange:
-		return kv.CheckRange(u.RequestRange)
+		return CheckRange(u.RequestRange)
 	case *pb.RequestOp_RequestPut:
-		return checkPut(u.RequestPut)
+		return CheckPut(u.RequestPut)
 	case *pb.RequestOp_RequestDeleteRange:
-		return checkDeleteRange(u.RequestDeleteRange)
+		return CheckDeleteRange(u.RequestDeleteRange)
 	case *pb.RequestOp_RequestTxn:
-		return checkTxn(u.RequestTxn, maxOps)
+		return CheckTxn(u.RequestTxn, maxOps)
 	case nil:
-		return rpctypes.ErrGRPCKeyNotFound
+		return ErrKeyNotFound
 	}
 	return nil
 }
@@ -93,7 +84,7 @@ func checkDuplicates(ops []*pb.RequestOp) error {
 			case *pb.RequestOp_RequestPut:
 				k := string(u.RequestPut.Key)
 				if _, dup := puts[k]; dup {
-					return rpctypes.ErrGRPCDuplicateKey
+					return ErrDuplicateKey
 				}
 				puts[k] = struct{}{}
 			case *pb.RequestOp_RequestDeleteRange:
@@ -122,7 +113,7 @@ func checkDuplicates(ops []*pb.RequestOp) error {
 	for k := range puts {
 		for _, d := range dels {
 			if d.contains([]byte(k)) {
-				return rpctypes.ErrGRPCDuplicateKey
+				return ErrDuplicateKey
 			}
 		}
 	}
@@ -151,14 +142,14 @@ func (r keyRange) contains(k []byte) bool {
 
 // isReadOnlyTxn reports whether a txn writes nothing in any branch, so it
 // can be served as a linearizable read without a log entry.
-func isReadOnlyTxn(r *pb.TxnRequest) bool {
+func IsReadOnlyTxn(r *pb.TxnRequest) bool {
 	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
 		for _, op := range ops {
 			switch u := op.Request.(type) {
 			case *pb.RequestOp_RequestPut, *pb.RequestOp_RequestDeleteRange:
 				return false
 			case *pb.RequestOp_RequestTxn:
-				if !isReadOnlyTxn(u.RequestTxn) {
+				if !IsReadOnlyTxn(u.RequestTxn) {
 					return false
 				}
 			}

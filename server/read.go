@@ -1,0 +1,64 @@
+package server
+
+import (
+	"context"
+	"errors"
+)
+
+// Linearizable runs read on this member's state once that state includes
+// every write acknowledged, or applied anywhere, before the call: the
+// member gets a read index (node.ReadIndex; a follower asks the leader for
+// it) and waits until it has applied that far. The read itself never
+// leaves the member, and a follower's concurrent reads share the round
+// trips.
+func Linearizable[T any](s *Server, ctx context.Context, read func() (T, error)) (T, error) {
+	var zero T
+	return OnLeader(s, ctx, true, func(ctx context.Context) (T, error) {
+		index, err := s.node.ReadIndex(ctx)
+		if err != nil {
+			return zero, err
+		}
+		if err := s.node.FSM().WaitApplied(ctx, index); err != nil {
+			return zero, err
+		}
+		return read()
+	}, func(ctx context.Context, _ string) (T, error) {
+		index, err := s.indexRounds.Do(ctx)
+		if err != nil {
+			return zero, err
+		}
+		if err := s.node.FSM().WaitApplied(ctx, index); err != nil {
+			return zero, err
+		}
+		return read()
+	})
+}
+
+// ReadIndex is the leader's answer to a follower's read-index question.
+func (s *Server) ReadIndex(ctx context.Context) (uint64, error) {
+	return s.node.ReadIndex(ctx)
+}
+
+// askReadIndex is one read-index round trip to the leader, shared by the
+// reads that joined it (a round already in flight may have been answered
+// by a leader deposed before a later read began, so reads join only a
+// round not yet sent; see round.Group).
+func (s *Server) askReadIndex() (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout)
+	defer cancel()
+	changed := s.node.LeaderChange()
+	leader, err := s.Leader(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if leader == "" {
+		return 0, ErrNotLeader // this member leads now; the caller retries locally
+	}
+	index, err := forward(s, ctx, changed, func(ctx context.Context) (uint64, error) {
+		return s.peers.ReadIndex(ctx, leader)
+	})
+	if errors.Is(err, errAbandoned) {
+		return 0, ErrNotLeader // retryable: the caller asks again
+	}
+	return index, err
+}

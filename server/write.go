@@ -1,0 +1,142 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/corenode/corenode/fsm"
+)
+
+// The write pipeline: every request that changes state goes through
+// Propose, whichever service it came from. In order:
+//
+//  1. size: the request, as it would be sent, is at most
+//     --max-request-bytes (ErrRequestTooLarge);
+//  2. quota: a write that adds data while the store is over
+//     --quota-backend-bytes is refused and raises the NOSPACE alarm
+//     through raft, once (fsm.ErrNoSpace);
+//  3. identity: while auth is enabled, a client's write carries who it
+//     acts for, and is checked where it applies, on every member alike;
+//  4. encode once: the command is encoded at most once, however often it
+//     is sent;
+//  5. propose on the leader, or forward to it (OnLeader: a write is not
+//     idempotent, so it is sent again only when it certainly never reached
+//     a leader's log);
+//  6. answer once applied here: a follower waits until it has applied the
+//     write's index too, so a serializable read on it right after sees the
+//     write, as etcd answers a write only once the member serving it
+//     applied it.
+
+// ErrRequestTooLarge refuses a write larger than --max-request-bytes.
+var ErrRequestTooLarge = fmt.Errorf("server: request is too large")
+
+// Propose runs msg, a request of op, through the write pipeline and
+// returns the state machine's response, a *R, once applied on this member
+// (R names the response type: Propose[pb.PutResponse](...)).
+func Propose[R any, T interface {
+	*R
+	fsm.Message
+}](s *Server, ctx context.Context, op fsm.Op, msg fsm.Message) (T, error) {
+	var zero T
+	if msg.Size() > s.limits.MaxRequestBytes {
+		return zero, ErrRequestTooLarge
+	}
+	if s.node.FSM().OverQuota(op, msg, s.limits.QuotaBackendBytes) {
+		s.raiseNoSpace(ctx)
+		return zero, fsm.ErrNoSpace
+	}
+	as, err := s.As(ctx)
+	if err != nil {
+		return zero, err
+	}
+	var cmd []byte
+	encode := func() error {
+		if cmd != nil {
+			return nil
+		}
+		var err error
+		if as != nil && op != fsm.OpAuth {
+			cmd, err = fsm.EncodeAs(op, msg, as)
+		} else {
+			cmd, err = fsm.Encode(op, msg)
+		}
+		return err
+	}
+	return OnLeader(s, ctx, false, func(ctx context.Context) (T, error) {
+		s.peers.Retire()
+		var resp any
+		var err error
+		if as == nil {
+			resp, err = s.node.Propose(ctx, op, msg)
+		} else if err = encode(); err == nil {
+			resp, _, err = s.node.ProposeEncoded(ctx, cmd)
+		}
+		if err != nil {
+			return zero, err
+		}
+		t, ok := resp.(T)
+		if !ok {
+			return zero, fmt.Errorf("server: %s applied with %T", op, resp)
+		}
+		return t, nil
+	}, func(ctx context.Context, leader string) (T, error) {
+		if err := encode(); err != nil {
+			return zero, err
+		}
+		body, index, err := s.peers.Propose(ctx, leader, cmd)
+		if err != nil {
+			return zero, err
+		}
+		t := T(new(R))
+		if err := t.Unmarshal(body); err != nil {
+			return zero, fmt.Errorf("server: %s: leader's answer: %w", op, err)
+		}
+		// A member that falls behind for longer answers "request timed
+		// out", as etcd does; the write is committed.
+		if err := s.node.AwaitApplied(ctx, index); err != nil {
+			return zero, err
+		}
+		return t, nil
+	})
+}
+
+// ProposeForwarded proposes a command another member forwarded (encoded
+// by its Propose) and returns the response and the index it applied at.
+// Only the leader accepts it; anything else answers ErrNotLeader, and the
+// sender tries again wherever the leader is now.
+func (s *Server) ProposeForwarded(ctx context.Context, cmd []byte) (resp any, index uint64, err error) {
+	return s.node.ProposeEncoded(ctx, cmd)
+}
+
+// As returns the header an OpAs entry carries for ctx's caller, or nil when
+// the write needs none.
+func (s *Server) As(ctx context.Context) (*pb.RequestHeader, error) {
+	ai, checked, err := s.callers.Caller(ctx)
+	if err != nil || !checked {
+		return nil, err
+	}
+	return &pb.RequestHeader{Username: ai.User, AuthRevision: ai.Revision}, nil
+}
+
+// RaiseAlarm raises an alarm of type t for member id through raft and
+// returns once it has applied here.
+func (s *Server) RaiseAlarm(ctx context.Context, id uint64, t pb.AlarmType) error {
+	req := &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: id, Alarm: t}
+	_, err := Propose[pb.AlarmResponse](s, ctx, fsm.OpAlarm, req)
+	return err
+}
+
+// raiseNoSpace raises this member's NOSPACE alarm, once: a write refused
+// for the quota tells every member to refuse writes that add data.
+func (s *Server) raiseNoSpace(ctx context.Context) {
+	f := s.node.FSM()
+	if f.HasAlarm(0, pb.AlarmType_NOSPACE) {
+		return
+	}
+	s.log.Warn("space quota exceeded: raising the NOSPACE alarm", "state-bytes", f.Store().Size(), "quota-bytes", s.limits.QuotaBackendBytes)
+	if err := s.RaiseAlarm(ctx, s.node.ID(), pb.AlarmType_NOSPACE); err != nil {
+		s.log.Warn("raising the NOSPACE alarm failed; the next refused write tries again", "err", err)
+	}
+}

@@ -1,0 +1,152 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/corenode/corenode/server"
+)
+
+// PeerClient is this member's side of the peer port: connections to the
+// other members, the stream that carries forwarded writes to the leader,
+// and the translation of what comes back into the request layer's typed
+// errors (server.Peers). It is safe for concurrent use.
+type PeerClient struct {
+	peers *PeerMux
+	// grace is how long calls on a stream to a former leader may still be
+	// answered once this member stops sending to it.
+	grace time.Duration
+
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn // by peer address
+
+	proposals proposalForwarder
+}
+
+var _ server.Peers = (*PeerClient)(nil)
+
+// NewPeerClient returns the peer-port client of a member whose peer port
+// is peers; grace is the election timeout.
+func NewPeerClient(peers *PeerMux, grace time.Duration) *PeerClient {
+	return &PeerClient{peers: peers, grace: grace, conns: map[string]*grpc.ClientConn{}}
+}
+
+// Conn returns the connection to the member whose peer address is addr.
+func (p *PeerClient) Conn(addr string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			return p.peers.DialGRPC(ctx, a)
+		}),
+		// A forwarded request is bounded by --max-request-bytes; its answer
+		// (a Txn's ranges) by nothing, as a client's answer is not.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(maxMsgSize)),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("transport: connect to member %s: %w", addr, err)
+	}
+	p.conns[addr] = c
+	return c, nil
+}
+
+// maxMsgSize bounds gRPC messages; request size proper is checked against
+// --max-request-bytes so clients get etcd's error rather than gRPC's.
+const maxMsgSize = 64 << 20
+
+// Propose implements server.Peers over the proposal stream.
+func (p *PeerClient) Propose(ctx context.Context, leader string, cmd []byte) ([]byte, uint64, error) {
+	conn, err := p.Conn(leader)
+	if err != nil {
+		return nil, 0, server.ErrNotSent
+	}
+	body, index, err := p.proposals.propose(ctx, p.grace, conn, cmd)
+	return body, index, peerErr(err)
+}
+
+// ReadIndex implements server.Peers.
+func (p *PeerClient) ReadIndex(ctx context.Context, leader string) (uint64, error) {
+	conn, err := p.Conn(leader)
+	if err != nil {
+		return 0, server.ErrNotSent
+	}
+	var resp pb.StatusResponse
+	err = conn.Invoke(forwarded(ctx), "/corenode.Peer/ReadIndex", &pb.StatusRequest{}, &resp)
+	if err != nil {
+		return 0, peerErr(err)
+	}
+	return resp.RaftAppliedIndex, nil
+}
+
+// Retire implements server.Peers.
+func (p *PeerClient) Retire() { p.proposals.retire(p.grace) }
+
+// Close drops every connection.
+func (p *PeerClient) Close() {
+	p.proposals.close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for addr, c := range p.conns {
+		c.Close()
+		delete(p.conns, addr)
+	}
+}
+
+// forwarded marks an outgoing call as forwarded by a member: the leader
+// never forwards it again.
+func forwarded(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
+}
+
+// peerErr turns what a forwarded call failed with into the request
+// layer's typed errors: whether the member asked leads, whether the call
+// certainly never left, or whether the leader could not be heard after it
+// may have. gRPC says the last two only in a status's text: a call on a
+// connection it could not establish fails with the dial or handshake
+// error, and such a call was never written anywhere. Every other error
+// (the leader's own answer) passes as it came.
+func peerErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, server.ErrNotLeader) || errors.Is(err, server.ErrNotSent) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch {
+	case st.Code() == codes.FailedPrecondition && st.Message() == notLeaderText:
+		return server.ErrNotLeader
+	case st.Code() == codes.Unavailable:
+		msg := strings.ToLower(st.Message())
+		if strings.Contains(msg, "while dialing") || strings.Contains(msg, "handshake failed") {
+			return server.ErrNotSent
+		}
+		return &server.Unreachable{Err: err}
+	}
+	return err
+}
+
+// notLeaderText is what etcd's "not leader" says, in every layer's words
+// (see errTable).
+var notLeaderText = status.Convert(rpctypes.ErrGRPCNotLeader).Message()
