@@ -19,6 +19,7 @@ import (
 
 	"github.com/corenode/corenode/api/cachepb"
 	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/internal/drift"
 	"github.com/corenode/corenode/lease"
 )
 
@@ -118,10 +119,6 @@ func New(cfg Config, n Node) *Manager {
 // the confirmation it was granted under.
 func (m *Manager) Horizon() time.Duration { return m.cfg.Duration + m.cfg.Window }
 
-// margin covers the rates of two members' clocks differing: 1% of the
-// interval plus 50 ms, as the holders' side (client/election) uses.
-func margin(d time.Duration) time.Duration { return d/100 + 50*time.Millisecond }
-
 // Run implements node.LeaderService: it builds the term's state once the
 // term's barrier is done, and tears it down when leadership ends.
 func (m *Manager) Run(ctx context.Context, termID uint64) {
@@ -133,7 +130,8 @@ func (m *Manager) Run(ctx context.Context, termID uint64) {
 		// Argument C: the leader of rec.GrantTerm may have granted a lease
 		// until Horizon after a confirmation that began before this term
 		// did (and no later leader waited it out: Cleared is older).
-		notBefore = now.Add(rec.Horizon + margin(rec.Horizon))
+		// drift.Margin covers the rates of two members' clocks differing.
+		notBefore = now.Add(rec.Horizon + drift.Margin(rec.Horizon))
 	}
 	var cleared <-chan time.Time
 	if waiting {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/corenode/corenode/api/cachepb"
 	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/internal/drift"
 	"github.com/corenode/corenode/lease"
 )
 
@@ -334,7 +335,7 @@ func TestNewLeaderWaitsOutThenClears(t *testing.T) {
 	horizon := 3 * time.Second
 	h := newManagerHarness(t, 2, &fsm.ReadLeases{Grant: true, Horizon: horizon})
 	admitted := h.put("k")
-	wait := horizon + margin(horizon)
+	wait := horizon + drift.Margin(horizon)
 	// Two timers at the end of the wait: the write's, and the one that
 	// records the clearing.
 	h.clock.awaitTimers(t, time.Unix(1000, 0).Add(wait), 2)
