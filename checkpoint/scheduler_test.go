@@ -77,15 +77,6 @@ func (p *fakeProposer) propose(ctx context.Context, entry any, apply func()) err
 	return nil
 }
 
-func (p *fakeProposer) ConfirmLeadership(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.leading {
-		return ErrNotLeader
-	}
-	return nil
-}
-
 func (p *fakeProposer) PromoteLeases(fn func(int64, []lease.Lease)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -258,15 +249,16 @@ func (h *harness) wantLag(count uint64, sum float64) {
 	h.t.Fatal("no expiry lag histogram")
 }
 
-type answer struct {
-	ttl int64
+// settled is what AwaitCheckpoint or AwaitExpiry returned.
+type settled struct {
+	ok  bool
 	err error
 }
 
 // waitingCtx tells the test when a call selects on its Done channel. A
-// keep-alive does that only once it has nothing left to do but wait for
-// the scheduler, so a receive from waiting means it waits, and anything
-// that wakes it afterwards is something the test did.
+// wait does that only once it has nothing left to do but wait for the
+// scheduler, so a receive from waiting means it waits, and anything that
+// wakes it afterwards is something the test did.
 type waitingCtx struct {
 	context.Context
 	waiting chan struct{}
@@ -280,24 +272,24 @@ func (c waitingCtx) Done() <-chan struct{} {
 	return c.Context.Done()
 }
 
-// renew starts a keep-alive of lease id and returns once it waits; it fails
-// the test if the keep-alive answers instead.
-func (h *harness) renew(id int64) <-chan answer {
+// await starts wait (AwaitCheckpoint or AwaitExpiry) and returns once it
+// waits; it fails the test if wait returns instead.
+func (h *harness) await(what string, wait func(context.Context) (bool, error)) <-chan settled {
 	h.t.Helper()
 	ctx := waitingCtx{context.Background(), make(chan struct{}, 1)}
-	answered := make(chan answer, 1)
+	answered := make(chan settled, 1)
 	go func() {
-		ttl, err := h.s.Renew(ctx, id)
-		answered <- answer{ttl, err}
+		ok, err := wait(ctx)
+		answered <- settled{ok, err}
 	}()
 	guard := time.NewTimer(hangAfter)
 	defer guard.Stop()
 	select {
 	case <-ctx.waiting:
 	case a := <-answered:
-		h.t.Fatalf("keep-alive of lease %d answered %+v without waiting", id, a)
+		h.t.Fatalf("%s returned %+v without waiting", what, a)
 	case <-guard.C:
-		h.t.Fatalf("keep-alive of lease %d neither waits nor answers after %v", id, hangAfter)
+		h.t.Fatalf("%s neither waits nor returns after %v", what, hangAfter)
 	}
 	return answered
 }
@@ -369,33 +361,40 @@ func TestSchedulerWakesOncePerTick(t *testing.T) {
 	}
 }
 
-// A keep-alive of a checkpointed lease is answered only once its reset has
-// committed (rule 1 of package lease); if the reset fails it is not
-// acknowledged, since the next leader would restart the lease from the
-// checkpoint the reset undoes.
-func TestKeepAliveAfterCheckpointWaitsForCommittedReset(t *testing.T) {
+// The batch carrying a keep-alive's reset is proposed at once, not at the
+// next tick, and AwaitCheckpoint reports whether it committed: a
+// keep-alive is acknowledged only then (rule 1 of package lease), since
+// the next leader would restart the lease from the checkpoint the reset
+// undoes.
+func TestAwaitCheckpointSettlesWithTheReset(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		verdict    error
-		want       answer
+		want       settled
 		wantExpiry int64
 	}{
-		{"committed", nil, answer{ttl: 10}, 0},
-		{"failed", errors.New("leadership lost"), answer{err: ErrNotLeader}, 10000},
+		{"committed", nil, settled{ok: true}, 0},
+		{"failed", errors.New("leadership lost"), settled{ok: false}, 10000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := start(t, true)
 			h.clock.advance(tick)
 			h.next(firstCheckpoint).verdict <- nil
 			h.clock.awaitPending(t, 1)
-			answered := h.renew(2)
-			// The keep-alive waits, and the scheduler proposes its reset at
-			// once, on the lease clock's current value.
+			r := h.s.tr.Renew(2)
+			if r.TTL != 10 || r.ResetSeq == 0 {
+				t.Fatalf("renewal of a checkpointed lease: %+v, want TTL 10 and a reset", r)
+			}
+			answered := h.await("AwaitCheckpoint", func(ctx context.Context) (bool, error) {
+				return h.s.AwaitCheckpoint(ctx, r.ResetSeq)
+			})
+			// The scheduler proposes the reset at once, on the lease
+			// clock's current value.
 			reset := h.next(checkpoint(100, []int64{2}))
 			h.wantExpiry(2, 10000)
 			reset.verdict <- tc.verdict
-			if a := recv(t, answered, "answer"); a.ttl != tc.want.ttl || !errors.Is(a.err, tc.want.err) {
-				t.Fatalf("renew: %+v, want %+v", a, tc.want)
+			if a := recv(t, answered, "answer"); a != tc.want {
+				t.Fatalf("AwaitCheckpoint: %+v, want %+v", a, tc.want)
 			}
 			h.wantExpiry(2, tc.wantExpiry)
 			h.clock.awaitPending(t, 1)
@@ -416,8 +415,10 @@ func TestDemotionStopsAllProposals(t *testing.T) {
 	h.clock.advance(time.Minute)
 	h.wantProposed()
 	h.wantExpiry(1, 5000)
-	if _, err := h.s.Renew(context.Background(), 2); !errors.Is(err, ErrNotLeader) {
-		t.Fatalf("renew on a demoted scheduler: %v", err)
+	// The demoted tracker forgot every lease: a wait for one ends at once,
+	// saying no expiry applied.
+	if expired, err := h.s.AwaitExpiry(context.Background(), 2); expired || err != nil {
+		t.Fatalf("AwaitExpiry on a demoted scheduler: %v %v, want false", expired, err)
 	}
 }
 
@@ -450,18 +451,22 @@ func TestFailedExpiryRetriesAfterBackoff(t *testing.T) {
 	h.wantLag(1, expireRetry.Seconds())
 }
 
-// A keep-alive of a lease whose time is up answers "gone" only once the
-// expiry has applied: before that its keys are still there, and a read
-// between the two would see a lease the holder was told is gone.
-func TestKeepAliveOfDueLeaseAnswersAfterItsExpiryApplies(t *testing.T) {
+// AwaitExpiry of a lease whose time is up returns only once the expiry
+// has applied: before that its keys are still there, and a keep-alive
+// answered "gone" meanwhile would let a read see a lease the holder was
+// told is gone.
+func TestAwaitExpiryReturnsOnceTheExpiryApplies(t *testing.T) {
 	h := start(t, true)
 	h.clock.advance(5 * time.Second) // lease 1 (TTL 5) is due
 	expiry := h.next(expire(1))
-	answered := h.renew(1)
+	if r := h.s.tr.Renew(1); !r.Due || r.TTL != 0 {
+		t.Fatalf("renewal of a due lease: %+v, want Due and no TTL", r)
+	}
+	answered := h.await("AwaitExpiry", func(ctx context.Context) (bool, error) { return h.s.AwaitExpiry(ctx, 1) })
 	h.wantExpiry(1, 0)
 	expiry.verdict <- nil
-	if a := recv(t, answered, "answer"); a.ttl != 0 || a.err != nil {
-		t.Fatalf("keep-alive of an expired lease: %+v, want TTL 0 and no error", a)
+	if a := recv(t, answered, "answer"); !a.ok || a.err != nil {
+		t.Fatalf("AwaitExpiry of an expired lease: %+v, want true", a)
 	}
 	h.wantGone(1)
 	h.next(checkpoint(5000, nil, lease.Expiry{ID: 2, Expiry: 10000})).verdict <- nil
@@ -469,17 +474,17 @@ func TestKeepAliveOfDueLeaseAnswersAfterItsExpiryApplies(t *testing.T) {
 	h.wantWaitingUntil(5100 * time.Millisecond)
 }
 
-// If leadership goes while such a keep-alive waits, it fails as "not
-// leader", so the client asks the next leader instead of hearing "gone"
-// from one that could not make it so.
-func TestKeepAliveOfDueLeaseFailsOnDemotion(t *testing.T) {
+// If leadership goes while AwaitExpiry waits, it returns false, so the
+// keep-alive fails as "not leader" and the client asks the next leader
+// instead of hearing "gone" from one that could not make it so.
+func TestAwaitExpiryFailsOnDemotion(t *testing.T) {
 	h := start(t, true)
 	h.clock.advance(5 * time.Second)
 	h.next(expire(1)) // never answered
-	answered := h.renew(1)
+	answered := h.await("AwaitExpiry", func(ctx context.Context) (bool, error) { return h.s.AwaitExpiry(ctx, 1) })
 	h.stop()
-	if a := recv(t, answered, "answer after demotion"); !errors.Is(a.err, ErrNotLeader) {
-		t.Fatalf("keep-alive after demotion: %+v, want ErrNotLeader", a)
+	if a := recv(t, answered, "answer after demotion"); a.ok || a.err != nil {
+		t.Fatalf("AwaitExpiry after demotion: %+v, want false", a)
 	}
 	h.wantExpiry(1, 0)
 }
