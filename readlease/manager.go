@@ -21,6 +21,7 @@ import (
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/internal/drift"
 	"github.com/corenode/corenode/lease"
+	"github.com/corenode/corenode/lessor"
 )
 
 // Config tunes the manager.
@@ -394,8 +395,9 @@ func (m *Manager) Serve(stream cachepb.Cache_SessionServer) error {
 // maxSessionGets bounds the reads one session has in progress on the leader.
 const maxSessionGets = 256
 
-// ErrNotLeader means the session must be served by the leader.
-var ErrNotLeader = errors.New("readlease: not the leader")
+// ErrNotLeader means the session must be served by the leader. It is
+// lessor.ErrNotLeader, corenode's one "not the leader" error.
+var ErrNotLeader = lessor.ErrNotLeader
 
 // ErrLeaderChanged means the term a read or a write was gated in ended
 // before it finished; the caller retries with whoever leads now.
