@@ -2,14 +2,12 @@ package checkpoint
 
 import "github.com/prometheus/client_golang/prometheus"
 
-// Metrics are the lease scheduler's Prometheus series.
+// Metrics are the lease scheduler's Prometheus series. The Lease API's
+// counters (grants, revokes, keep-alives) are package lessor's.
 type Metrics struct {
-	KeepAlives        prometheus.Counter
 	Expired           prometheus.Counter
 	CheckpointEntries prometheus.Counter
 	CheckpointBytes   prometheus.Counter
-	Grants            prometheus.Counter
-	Revokes           prometheus.Counter
 	// ExpiryLag is the time from a lease's deadline to its expiry applying
 	// on the leader.
 	ExpiryLag prometheus.Histogram
@@ -18,18 +16,15 @@ type Metrics struct {
 // NewMetrics creates the series and registers them with reg when it is not nil.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
-		KeepAlives:        prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_lease_keepalives_total", Help: "Keep-alives handled by this member as leader."}),
 		Expired:           prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_lease_expired_total", Help: "Leases this member, as leader, expired."}),
 		CheckpointEntries: prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_lease_checkpoint_entries_total", Help: "Lease checkpoint entries proposed."}),
 		CheckpointBytes:   prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_lease_checkpoint_bytes_total", Help: "Bytes of lease checkpoint entries proposed."}),
-		Grants:            prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_lease_grants_total", Help: "Lease grants served by this member."}),
-		Revokes:           prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_lease_revokes_total", Help: "Lease revokes served by this member."}),
 		ExpiryLag: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "corenode_lease_expiry_lag_seconds",
 			Help:    "Time from a lease's deadline to its expiry applying on the leader.",
 			Buckets: []float64{.001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.KeepAlives, m.Expired, m.CheckpointEntries, m.CheckpointBytes, m.Grants, m.Revokes, m.ExpiryLag)
+		reg.MustRegister(m.Expired, m.CheckpointEntries, m.CheckpointBytes, m.ExpiryLag)
 	}
 	return m
 }

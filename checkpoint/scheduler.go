@@ -1,15 +1,7 @@
-// Package checkpoint is the leader-only scheduler that turns the lease
-// tracker's due work into batched proposals: checkpoints of remaining TTLs
-// (with the lease clock and keep-alive resets), and expirations.
-//
-// It runs only while its member leads (node.LeaderService): it starts after
-// the leader's barrier, so the tracker is built from an FSM that holds every
-// earlier entry, and it stops proposing the moment leadership is lost.
 package checkpoint
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -22,9 +14,6 @@ import (
 type Proposer interface {
 	ProposeCheckpoint(ctx context.Context, c *lease.Checkpoint) error
 	ProposeExpire(ctx context.Context, e *lease.Expire) error
-	// ConfirmLeadership returns once a quorum has confirmed, after the call
-	// began, that this member leads.
-	ConfirmLeadership(ctx context.Context) error
 	// PromoteLeases calls fn with the replicated lease state while no lease
 	// entry applies.
 	PromoteLeases(fn func(clock int64, leases []lease.Lease))
@@ -70,35 +59,12 @@ func New(tr *lease.Tracker, p Proposer, cfg Config, m *Metrics, logger *slog.Log
 	return &Scheduler{tr: tr, p: p, cfg: cfg, m: m, log: logger, flush: make(chan struct{}, 1), changed: make(chan struct{})}
 }
 
-// ErrNotLeader means the keep-alive reached a member that does not lead.
-var ErrNotLeader = errors.New("checkpoint: not the leader")
-
-// Renew handles a keep-alive on the leader and returns the TTL the holder
-// may rely on from when it sent the request (zero: the lease is gone).
-//
-// Rule 2 of package lease: leadership is confirmed by a quorum after the
-// request arrived and before the deadline moves, so a deposed leader never
-// acknowledges a keep-alive that the next leader would not honour. Rule 1:
-// a lease checkpointed since its last keep-alive is reset in a committed
-// entry before the answer. A lease whose time is up is not renewed, and
-// the zero answer waits until its expiry applies (awaitExpiry).
-func (s *Scheduler) Renew(ctx context.Context, id int64) (int64, error) {
-	if err := s.p.ConfirmLeadership(ctx); err != nil {
-		return 0, err
-	}
-	r := s.tr.Renew(id)
-	if r.Inactive {
-		// Leadership was lost after it was confirmed: the next leader
-		// decides, so the holder must not hear "gone" from this one.
-		return 0, ErrNotLeader
-	}
-	s.m.KeepAlives.Inc()
-	if r.Due {
-		return 0, s.awaitExpiry(ctx, id)
-	}
-	if r.ResetSeq == 0 {
-		return r.TTL, nil
-	}
+// AwaitCheckpoint returns once checkpoint batch seq (a lease.Renewal's
+// ResetSeq) has settled: true once its entry committed and applied, false
+// if its proposal failed or the term ended before it was proposed. The
+// batch is proposed at once, not at the next tick, since a keep-alive
+// waits for it.
+func (s *Scheduler) AwaitCheckpoint(ctx context.Context, seq uint64) (bool, error) {
 	select {
 	case s.flush <- struct{}{}:
 	default:
@@ -108,39 +74,34 @@ func (s *Scheduler) Renew(ctx context.Context, id int64) (int64, error) {
 		done, failed, changed := s.done, s.failed, s.changed
 		s.mu.Unlock()
 		switch {
-		case done >= r.ResetSeq:
-			return r.TTL, nil
-		case failed >= r.ResetSeq:
-			return 0, ErrNotLeader
+		case done >= seq:
+			return true, nil
+		case failed >= seq:
+			return false, nil
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return false, ctx.Err()
 		}
 	}
 }
 
-// awaitExpiry returns once lease id, whose time is up, has left the
-// tracker: nil if its expiry (or a revoke) applied, ErrNotLeader if
-// leadership was lost first. As etcd's lessor does, the holder hears "gone"
-// only when the lease is gone from the state everyone reads, so nothing it
-// reads afterwards shows the lease still there.
-func (s *Scheduler) awaitExpiry(ctx context.Context, id int64) error {
+// AwaitExpiry returns once lease id, whose time is up, has left the
+// tracker: true if its expiry (or a revoke) applied, false if leadership
+// was lost first (the tracker was demoted and forgot every lease).
+func (s *Scheduler) AwaitExpiry(ctx context.Context, id int64) (bool, error) {
 	for {
 		s.mu.Lock()
 		changed := s.changed
 		s.mu.Unlock()
 		if _, _, ok := s.tr.Remaining(id); !ok {
-			if !s.tr.Active() {
-				return ErrNotLeader
-			}
-			return nil
+			return s.tr.Active(), nil
 		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 	}
 }
@@ -156,14 +117,11 @@ func (s *Scheduler) settle(seq uint64, ok bool) {
 	s.mu.Unlock()
 }
 
-// wakeLocked wakes every keep-alive waiting on the scheduler.
+// wakeLocked wakes every caller of AwaitCheckpoint and AwaitExpiry.
 func (s *Scheduler) wakeLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
-
-// Metrics are the scheduler's series, shared with the Lease service.
-func (s *Scheduler) Metrics() *Metrics { return s.m }
 
 // Run implements node.LeaderService.
 //
@@ -175,7 +133,7 @@ func (s *Scheduler) Run(ctx context.Context, term uint64) {
 	s.p.PromoteLeases(s.tr.Promote)
 	defer func() {
 		s.tr.Demote()
-		// Wake keep-alives waiting on batches this term will not propose.
+		// Wake callers waiting on batches this term will not propose.
 		s.settle(s.tr.Seq(), false)
 	}()
 	s.log.Info("lease scheduler started", "term", term, "leases", s.tr.Len())
@@ -234,7 +192,7 @@ func (s *Scheduler) expire(ctx context.Context) {
 			return
 		}
 		s.mu.Lock()
-		s.wakeLocked() // keep-alives of these leases may answer now
+		s.wakeLocked() // AwaitExpiry of these leases may return now
 		s.mu.Unlock()
 		s.m.Expired.Add(float64(len(ids)))
 		now := clock.Now()

@@ -188,6 +188,9 @@ func (f *FSM) Lease(id int64) (lease.Lease, bool) {
 	return f.leases.Lookup(id)
 }
 
+// LeaseKeys returns the keys attached to lease id, sorted by key bytes.
+func (f *FSM) LeaseKeys(id int64) [][]byte { return f.store.LeaseKeys(id) }
+
 // Leases returns every live lease, ordered by ID.
 func (f *FSM) Leases() []lease.Lease {
 	f.lmu.Lock()

@@ -1,8 +1,3 @@
-// Package lessor is the Lease API below the edge: the rules a member
-// applies to a lease request before raft (etcd's TTL bounds, the choice of
-// a lease ID and its retry on a collision) and the answers only the
-// leader's lease clock can give (TimeToLive, keep-alive). transport decodes
-// a request, calls the Lessor, maps its error and fills the header.
 package lessor
 
 import (
@@ -14,68 +9,93 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/corenode/corenode/checkpoint"
 	"github.com/corenode/corenode/lease"
 )
 
-// ErrNotLeader is a leader-only answer asked of a member that does not
-// lead, or leads but has not yet taken over the lease clock; the caller
-// asks the leader.
-var ErrNotLeader = errors.New("lessor: not the leader")
-
-// ErrTTLTooLarge refuses a grant above lease.MaxTTL.
-var ErrTTLTooLarge = errors.New("lessor: TTL is too large")
-
-// Timer is the leader's lease clock (checkpoint.Scheduler over
-// lease.Tracker). Both methods answer only on the leader and may be called
-// from any number of goroutines.
-type Timer interface {
-	// Renew extends lease id by its TTL and returns that TTL, once the
-	// renewal is safe to announce.
-	Renew(ctx context.Context, id int64) (ttl int64, err error)
-	// Remaining is id's time left and granted TTL, in seconds; ok is false
-	// if the clock does not track id.
-	Remaining(id int64) (remaining, granted int64, ok bool)
+// Proposer replicates lease grants and revokes: from any member, through
+// raft (forwarded to the leader when this member does not lead), returning
+// the answer of the entry as it applied. Today the edge's write path
+// implements it; the server layer will.
+type Proposer interface {
+	ProposeGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error)
+	ProposeRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error)
 }
 
-// State is what the lessor reads of the replicated state: the leases
-// applied and the keys attached to each. Safe for concurrent use.
+// State is what the lessor reads of the replicated state (fsm.FSM): the
+// leases applied and the keys attached to each. Safe for concurrent use.
 type State interface {
-	LeaseExists(id int64) bool
+	Lease(id int64) (lease.Lease, bool)
+	Leases() []lease.Lease
 	LeaseKeys(id int64) [][]byte
 }
 
-// Barrier makes the leader's local state linearizable to read
-// (node.Node.ReadBarrier); it fails on a member that does not lead.
+// Barrier returns once this member's state includes every write
+// acknowledged before the call began and a quorum confirmed, after the
+// call began, that this member leads (node.Node.ReadBarrier); it fails on
+// a member that does not lead.
 type Barrier func(ctx context.Context) error
+
+// Config is what a Lessor is built from; member wires it.
+type Config struct {
+	// Tracker is the leader's lease clock, and Scheduler proposes its
+	// checkpoints and expirations. Both answer only while this member
+	// leads.
+	Tracker   *lease.Tracker
+	Scheduler *checkpoint.Scheduler
+	State     State
+	Barrier   Barrier
+	Proposer  Proposer
+	// MinTTL is the smallest TTL granted, in seconds: smaller requests are
+	// raised to it, as etcd does, because a lease shorter than an election
+	// could expire during one.
+	MinTTL int64
+	// Metrics registers the Lease API's counters when not nil.
+	Metrics prometheus.Registerer
+}
+
+// clock is the part of lease.Tracker the lessor uses.
+type clock interface {
+	Renew(id int64) lease.Renewal
+	Remaining(id int64) (remaining, granted int64, ok bool)
+}
+
+// settler is the part of checkpoint.Scheduler the lessor uses.
+type settler interface {
+	AwaitCheckpoint(ctx context.Context, seq uint64) (bool, error)
+	AwaitExpiry(ctx context.Context, id int64) (bool, error)
+}
 
 // Lessor applies the lease rules. Its methods may be called concurrently.
 type Lessor struct {
-	timer   Timer
-	state   State
-	barrier Barrier
-	minTTL  int64
-	newID   func() int64
+	clock    clock
+	sched    settler
+	state    State
+	barrier  Barrier
+	proposer Proposer
+	minTTL   int64
+	m        *metrics
+	newID    func() int64
 }
 
-// New returns a Lessor. minTTL is the smallest TTL granted, in seconds:
-// smaller requests are raised to it, as etcd does, because a lease
-// shorter than an election could expire during one.
-func New(timer Timer, state State, barrier Barrier, minTTL int64) *Lessor {
-	return &Lessor{timer: timer, state: state, barrier: barrier, minTTL: minTTL, newID: randomID}
+// New returns a Lessor over cfg's collaborators, none of which may be nil.
+func New(cfg Config) *Lessor {
+	return &Lessor{clock: cfg.Tracker, sched: cfg.Scheduler, state: cfg.State, barrier: cfg.Barrier,
+		proposer: cfg.Proposer, minTTL: cfg.MinTTL, m: newMetrics(cfg.Metrics), newID: randomID}
 }
 
 // idAttempts bounds the retries of a grant whose chosen ID was taken.
 const idAttempts = 4
 
-// Grant grants the lease r asks for through propose, which reaches the
-// leader from any member and returns the applied grant's answer. A TTL past
-// lease.MaxTTL is refused; a smaller one than the minimum is raised to it.
-// Without an ID in r, one is chosen here, before proposing, so applying
-// the grant stays deterministic; a collision is caught when it applies
-// and the grant is proposed again with another ID.
-func (l *Lessor) Grant(ctx context.Context, r *pb.LeaseGrantRequest,
-	propose func(context.Context, *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error),
-) (*pb.LeaseGrantResponse, error) {
+// Grant grants the lease r asks for, from any member, and returns the
+// applied grant's answer. A TTL past lease.MaxTTL is refused; a smaller
+// one than the minimum is raised to it. Without an ID in r, one is chosen
+// here, before proposing, so applying the grant stays deterministic; a
+// collision is caught when it applies and the grant is proposed again with
+// another ID.
+func (l *Lessor) Grant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
 	if r.TTL > lease.MaxTTL {
 		return nil, ErrTTLTooLarge
 	}
@@ -85,9 +105,12 @@ func (l *Lessor) Grant(ctx context.Context, r *pb.LeaseGrantRequest,
 		if r.ID == 0 {
 			req.ID = l.newID()
 		}
-		resp, err := propose(ctx, req)
+		resp, err := l.proposer.ProposeGrant(ctx, req)
 		if r.ID == 0 && taken(err) && attempt < idAttempts {
 			continue
+		}
+		if err == nil {
+			l.m.grants.Inc()
 		}
 		return resp, err
 	}
@@ -100,17 +123,28 @@ func taken(err error) bool {
 	return errors.Is(err, lease.ErrLeaseExists) || errors.Is(err, rpctypes.ErrGRPCLeaseExist)
 }
 
+// Revoke revokes lease r.ID, from any member, and returns the applied
+// revoke's answer (the lease's keys are deleted in the same entry).
+func (l *Lessor) Revoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	resp, err := l.proposer.ProposeRevoke(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	l.m.revokes.Inc()
+	return resp, nil
+}
+
 // TimeToLive answers r on the leader, from its lease clock, after a read
 // barrier: TTL -1 for a lease that does not exist (etcd's answer), and
 // ErrNotLeader while the clock has not taken over a lease that exists (a
-// new leader promoting its tracker). The caller fills the header.
+// new leader promoting its tracker).
 func (l *Lessor) TimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
 	if err := l.barrier(ctx); err != nil {
 		return nil, err
 	}
-	remaining, granted, ok := l.timer.Remaining(r.ID)
+	remaining, granted, ok := l.clock.Remaining(r.ID)
 	if !ok {
-		if !l.state.LeaseExists(r.ID) {
+		if _, exists := l.state.Lease(r.ID); !exists {
 			return &pb.LeaseTimeToLiveResponse{ID: r.ID, TTL: -1}, nil
 		}
 		return nil, ErrNotLeader
@@ -122,9 +156,15 @@ func (l *Lessor) TimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveRequest) (
 	return resp, nil
 }
 
-// Renew is a keep-alive on the leader: the TTL the lease was extended by.
-func (l *Lessor) Renew(ctx context.Context, id int64) (int64, error) {
-	return l.timer.Renew(ctx, id)
+// Leases lists the leases applied on this member, by ID. It is as fresh as
+// this member's state: the caller makes the read linearizable first (a
+// read index from the leader, which any member can ask for).
+func (l *Lessor) Leases(_ context.Context, _ *pb.LeaseLeasesRequest) (*pb.LeaseLeasesResponse, error) {
+	resp := &pb.LeaseLeasesResponse{}
+	for _, le := range l.state.Leases() {
+		resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: le.ID})
+	}
+	return resp, nil
 }
 
 // randomID is a random positive lease ID.

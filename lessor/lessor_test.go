@@ -8,54 +8,122 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/corenode/corenode/lease"
 )
 
-type fakeTimer struct {
+// fakeClock is the leader's lease clock: the renewal it answers, and the
+// time left per lease.
+type fakeClock struct {
+	renewal   lease.Renewal
+	renewed   []int64
 	remaining map[int64][2]int64
-	renewErr  error
 }
 
-func (f *fakeTimer) Renew(_ context.Context, id int64) (int64, error) {
-	if f.renewErr != nil {
-		return 0, f.renewErr
-	}
-	return f.remaining[id][1], nil
+func (f *fakeClock) Renew(id int64) lease.Renewal {
+	f.renewed = append(f.renewed, id)
+	return f.renewal
 }
 
-func (f *fakeTimer) Remaining(id int64) (int64, int64, bool) {
+func (f *fakeClock) Remaining(id int64) (int64, int64, bool) {
 	r, ok := f.remaining[id]
 	return r[0], r[1], ok
 }
 
+// fakeSettler answers the scheduler's waits and records what was awaited.
+type fakeSettler struct {
+	ok        bool
+	err       error
+	resetSeqs []uint64
+	expiries  []int64
+}
+
+func (f *fakeSettler) AwaitCheckpoint(_ context.Context, seq uint64) (bool, error) {
+	f.resetSeqs = append(f.resetSeqs, seq)
+	return f.ok, f.err
+}
+
+func (f *fakeSettler) AwaitExpiry(_ context.Context, id int64) (bool, error) {
+	f.expiries = append(f.expiries, id)
+	return f.ok, f.err
+}
+
+// fakeState maps each applied lease to its keys.
 type fakeState map[int64][][]byte
 
-func (s fakeState) LeaseExists(id int64) bool {
+func (s fakeState) Lease(id int64) (lease.Lease, bool) {
 	_, ok := s[id]
-	return ok
+	return lease.Lease{ID: id}, ok
 }
+
+func (s fakeState) Leases() []lease.Lease {
+	var out []lease.Lease
+	for id := range s {
+		out = append(out, lease.Lease{ID: id})
+	}
+	return out
+}
+
 func (s fakeState) LeaseKeys(id int64) [][]byte { return s[id] }
 
 func leader(context.Context) error { return nil }
 
-// grants records what Grant proposed, answering from a list of errors.
-type grants struct {
-	proposed []*pb.LeaseGrantRequest
-	errs     []error
+// proposals records what the lessor proposed, answering from a list of
+// errors.
+type proposals struct {
+	grants  []*pb.LeaseGrantRequest
+	revokes []*pb.LeaseRevokeRequest
+	errs    []error
 }
 
-func (g *grants) propose(_ context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
-	g.proposed = append(g.proposed, r)
-	if i := len(g.proposed) - 1; i < len(g.errs) && g.errs[i] != nil {
-		return nil, g.errs[i]
+func (p *proposals) next() error {
+	if i := len(p.grants) + len(p.revokes) - 1; i < len(p.errs) {
+		return p.errs[i]
+	}
+	return nil
+}
+
+func (p *proposals) ProposeGrant(_ context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	p.grants = append(p.grants, r)
+	if err := p.next(); err != nil {
+		return nil, err
 	}
 	return &pb.LeaseGrantResponse{ID: r.ID, TTL: r.TTL}, nil
 }
 
-func newTestLessor(ids ...int64) *Lessor {
-	l := New(&fakeTimer{}, fakeState{}, leader, 2)
-	l.newID = func() int64 { id := ids[0]; ids = ids[1:]; return id }
-	return l
+func (p *proposals) ProposeRevoke(_ context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	p.revokes = append(p.revokes, r)
+	if err := p.next(); err != nil {
+		return nil, err
+	}
+	return &pb.LeaseRevokeResponse{}, nil
+}
+
+// testLessor is a lessor over fakes; ids are the IDs it chooses, in turn.
+type testLessor struct {
+	*Lessor
+	clock *fakeClock
+	sched *fakeSettler
+	state fakeState
+	p     *proposals
+	reg   *prometheus.Registry
+}
+
+func newTestLessor(t *testing.T, ids ...int64) *testLessor {
+	t.Helper()
+	tl := &testLessor{clock: &fakeClock{}, sched: &fakeSettler{}, state: fakeState{}, p: &proposals{}, reg: prometheus.NewRegistry()}
+	tl.Lessor = New(Config{State: tl.state, Barrier: leader, Proposer: tl.p, MinTTL: 2, Metrics: tl.reg})
+	tl.Lessor.clock, tl.Lessor.sched = tl.clock, tl.sched
+	tl.newID = func() int64 {
+		if len(ids) == 0 {
+			t.Fatal("the lessor chose more IDs than the test gave")
+		}
+		id := ids[0]
+		ids = ids[1:]
+		return id
+	}
+	return tl
 }
 
 func TestGrantTTLBounds(t *testing.T) {
@@ -70,19 +138,19 @@ func TestGrantTTLBounds(t *testing.T) {
 		{ttl: lease.MaxTTL + 1, err: ErrTTLTooLarge},
 	}
 	for _, tt := range tests {
-		g := &grants{}
-		resp, err := newTestLessor(7).Grant(context.Background(), &pb.LeaseGrantRequest{TTL: tt.ttl}, g.propose)
+		l := newTestLessor(t, 7)
+		resp, err := l.Grant(context.Background(), &pb.LeaseGrantRequest{TTL: tt.ttl})
 		if !errors.Is(err, tt.err) {
 			t.Fatalf("TTL %d: error %v, want %v", tt.ttl, err, tt.err)
 		}
 		if tt.err != nil {
-			if len(g.proposed) != 0 {
-				t.Fatalf("TTL %d: refused but proposed %v", tt.ttl, g.proposed)
+			if len(l.p.grants) != 0 {
+				t.Fatalf("TTL %d: refused but proposed %v", tt.ttl, l.p.grants)
 			}
 			continue
 		}
-		if resp.TTL != tt.want || g.proposed[0].TTL != tt.want {
-			t.Fatalf("TTL %d: granted %d, proposed %d, want %d", tt.ttl, resp.TTL, g.proposed[0].TTL, tt.want)
+		if resp.TTL != tt.want || l.p.grants[0].TTL != tt.want {
+			t.Fatalf("TTL %d: granted %d, proposed %d, want %d", tt.ttl, resp.TTL, l.p.grants[0].TTL, tt.want)
 		}
 	}
 }
@@ -90,30 +158,80 @@ func TestGrantTTLBounds(t *testing.T) {
 // A chosen ID that is taken is replaced and proposed again, a bounded
 // number of times; an ID the client chose is never replaced.
 func TestGrantRetriesACollisionOfAChosenID(t *testing.T) {
-	g := &grants{errs: []error{rpctypes.ErrGRPCLeaseExist, rpctypes.ErrGRPCLeaseExist}}
-	resp, err := newTestLessor(11, 12, 13).Grant(context.Background(), &pb.LeaseGrantRequest{TTL: 10}, g.propose)
+	l := newTestLessor(t, 11, 12, 13)
+	l.p.errs = []error{rpctypes.ErrGRPCLeaseExist, lease.ErrLeaseExists}
+	resp, err := l.Grant(context.Background(), &pb.LeaseGrantRequest{TTL: 10})
 	if err != nil || resp.ID != 13 {
 		t.Fatalf("grant: %v %v, want ID 13 after two collisions", resp, err)
 	}
-	if len(g.proposed) != 3 || g.proposed[0].ID != 11 || g.proposed[1].ID != 12 {
-		t.Fatalf("proposed %v", g.proposed)
+	if len(l.p.grants) != 3 || l.p.grants[0].ID != 11 || l.p.grants[1].ID != 12 {
+		t.Fatalf("proposed %v", l.p.grants)
 	}
 
-	g = &grants{errs: []error{rpctypes.ErrGRPCLeaseExist, rpctypes.ErrGRPCLeaseExist, rpctypes.ErrGRPCLeaseExist, rpctypes.ErrGRPCLeaseExist}}
-	if _, err := newTestLessor(1, 2, 3, 4, 5).Grant(context.Background(), &pb.LeaseGrantRequest{TTL: 10}, g.propose); !errors.Is(err, rpctypes.ErrGRPCLeaseExist) || len(g.proposed) != idAttempts {
-		t.Fatalf("after %d collisions: %v, %d proposals, want ErrGRPCLeaseExist after %d", len(g.proposed), err, len(g.proposed), idAttempts)
+	l = newTestLessor(t, 1, 2, 3, 4, 5)
+	l.p.errs = []error{rpctypes.ErrGRPCLeaseExist, rpctypes.ErrGRPCLeaseExist, rpctypes.ErrGRPCLeaseExist, rpctypes.ErrGRPCLeaseExist}
+	if _, err := l.Grant(context.Background(), &pb.LeaseGrantRequest{TTL: 10}); !errors.Is(err, rpctypes.ErrGRPCLeaseExist) || len(l.p.grants) != idAttempts {
+		t.Fatalf("after %d collisions: %v, want ErrGRPCLeaseExist after %d", len(l.p.grants), err, idAttempts)
 	}
 
-	g = &grants{errs: []error{rpctypes.ErrGRPCLeaseExist}}
-	if _, err := newTestLessor().Grant(context.Background(), &pb.LeaseGrantRequest{ID: 5, TTL: 10}, g.propose); !errors.Is(err, rpctypes.ErrGRPCLeaseExist) || len(g.proposed) != 1 {
-		t.Fatalf("client's ID taken: %v after %d proposals, want ErrGRPCLeaseExist after 1", err, len(g.proposed))
+	l = newTestLessor(t)
+	l.p.errs = []error{rpctypes.ErrGRPCLeaseExist}
+	if _, err := l.Grant(context.Background(), &pb.LeaseGrantRequest{ID: 5, TTL: 10}); !errors.Is(err, rpctypes.ErrGRPCLeaseExist) || len(l.p.grants) != 1 {
+		t.Fatalf("client's ID taken: %v after %d proposals, want ErrGRPCLeaseExist after 1", err, len(l.p.grants))
 	}
 }
 
+// Grants and revokes are counted once each when they succeed, whatever
+// retries a grant took; refusals and failures are not counted.
+func TestGrantAndRevokeCounters(t *testing.T) {
+	l := newTestLessor(t, 1, 2)
+	ctx := context.Background()
+	l.p.errs = []error{rpctypes.ErrGRPCLeaseExist}
+	if _, err := l.Grant(ctx, &pb.LeaseGrantRequest{TTL: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Grant(ctx, &pb.LeaseGrantRequest{TTL: lease.MaxTTL + 1}); err == nil {
+		t.Fatal("granted past MaxTTL")
+	}
+	if _, err := l.Revoke(ctx, &pb.LeaseRevokeRequest{ID: 2}); err != nil {
+		t.Fatal(err)
+	}
+	failed := errors.New("no quorum")
+	l.p.errs = append(l.p.errs, nil, nil, failed)
+	if _, err := l.Revoke(ctx, &pb.LeaseRevokeRequest{ID: 3}); !errors.Is(err, failed) {
+		t.Fatalf("revoke: %v, want the proposer's error", err)
+	}
+	if len(l.p.revokes) != 2 || l.p.revokes[0].ID != 2 {
+		t.Fatalf("revokes proposed: %v", l.p.revokes)
+	}
+	for name, want := range map[string]float64{"corenode_lease_grants_total": 1, "corenode_lease_revokes_total": 1, "corenode_lease_keepalives_total": 0} {
+		if got := gathered(t, l.reg, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+}
+
+// gathered is the value of the counter name in reg.
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("%s is not registered", name)
+	return 0
+}
+
 func TestTimeToLive(t *testing.T) {
-	timer := &fakeTimer{remaining: map[int64][2]int64{1: {7, 10}}}
-	state := fakeState{1: {[]byte("a"), []byte("b")}, 2: nil}
-	l := New(timer, state, leader, 2)
+	l := newTestLessor(t)
+	l.clock.remaining = map[int64][2]int64{1: {7, 10}}
+	l.state[1] = [][]byte{[]byte("a"), []byte("b")}
+	l.state[2] = nil
 	ctx := context.Background()
 
 	resp, err := l.TimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: 1, Keys: true})
@@ -131,9 +249,21 @@ func TestTimeToLive(t *testing.T) {
 		t.Fatalf("untracked lease: %v, want ErrNotLeader", err)
 	}
 	notLeading := errors.New("not leading")
-	l = New(timer, state, func(context.Context) error { return notLeading }, 2)
+	l.barrier = func(context.Context) error { return notLeading }
 	if _, err := l.TimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: 1}); !errors.Is(err, notLeading) {
 		t.Fatalf("without the barrier: %v", err)
+	}
+}
+
+func TestLeases(t *testing.T) {
+	l := newTestLessor(t)
+	if resp, err := l.Leases(context.Background(), &pb.LeaseLeasesRequest{}); err != nil || len(resp.Leases) != 0 {
+		t.Fatalf("no leases: %v %v", resp, err)
+	}
+	l.state[4] = nil
+	resp, err := l.Leases(context.Background(), &pb.LeaseLeasesRequest{})
+	if err != nil || len(resp.Leases) != 1 || resp.Leases[0].ID != 4 {
+		t.Fatalf("one lease: %v %v", resp, err)
 	}
 }
 

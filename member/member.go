@@ -423,8 +423,8 @@ func Start(cfg Config) (*Member, error) {
 	if cfg.CorruptCheckTime > 0 {
 		m.node.AddLeaderService(integrity.New(integrityCluster{m.node, m.server}, cfg.CorruptCheckTime, logger))
 	}
-	m.server.SetLeases(lessor.New(leaseClock{sched, tracker}, leaseState{m.node.FSM()}, m.node.ReadBarrier, MinTTL(cfg.ElectionTimeout)),
-		sched.Metrics())
+	m.server.SetLeases(lessor.New(lessor.Config{Tracker: tracker, Scheduler: sched, State: m.node.FSM(),
+		Barrier: m.node.ReadBarrier, Proposer: m.request.LeaseProposer(), MinTTL: MinTTL(cfg.ElectionTimeout), Metrics: cfg.Metrics}))
 	m.readLeases = readlease.New(readLeaseConfig(cfg, logger), m.node)
 	m.node.AddLeaderService(m.readLeases)
 	m.node.SetGate(m.readLeases)
@@ -542,8 +542,6 @@ func (p proposer) ProposeExpire(ctx context.Context, e *lease.Expire) error {
 	return err
 }
 
-func (p proposer) ConfirmLeadership(ctx context.Context) error { return p.n.ReadBarrier(ctx) }
-
 func (p proposer) PromoteLeases(fn func(int64, []lease.Lease)) { p.n.FSM().PromoteLeases(fn) }
 
 // integrityCluster gives the corruption check the member's view of the
@@ -572,26 +570,6 @@ func (c integrityCluster) Corrupt(id uint64) bool {
 func (c integrityCluster) RaiseCorrupt(ctx context.Context, id uint64) error {
 	return c.s.RaiseAlarm(ctx, id, pb.AlarmType_CORRUPT)
 }
-
-// leaseClock is the leader's lease clock for the lessor: renewals through
-// the scheduler (which waits until they are safe to announce), time left
-// from the tracker.
-type leaseClock struct {
-	*checkpoint.Scheduler
-	tr *lease.Tracker
-}
-
-func (c leaseClock) Remaining(id int64) (int64, int64, bool) { return c.tr.Remaining(id) }
-
-// leaseState is the replicated lease state the lessor reads.
-type leaseState struct{ f *fsm.FSM }
-
-func (s leaseState) LeaseExists(id int64) bool {
-	_, ok := s.f.Lease(id)
-	return ok
-}
-
-func (s leaseState) LeaseKeys(id int64) [][]byte { return s.f.Store().LeaseKeys(id) }
 
 func sorted(s []string) []string {
 	c := slices.Clone(s)

@@ -25,6 +25,7 @@ import (
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/internal/round"
 	"github.com/corenode/corenode/kv"
+	"github.com/corenode/corenode/lessor"
 )
 
 // Config configures one member.
@@ -439,8 +440,9 @@ func (n *Node) ClusterID() uint64 { return n.fsm.ClusterID() }
 func (n *Node) Raft() *raft.Raft { return n.raft }
 
 // ErrNotLeader is returned by leader-only calls on a follower; the caller
-// forwards the request to the leader.
-var ErrNotLeader = errors.New("node: not the leader")
+// forwards the request to the leader. It is lessor.ErrNotLeader, corenode's
+// one "not the leader" error, so every layer's refusal is the same value.
+var ErrNotLeader = lessor.ErrNotLeader
 
 // ErrLeaderChanged means a proposal was accepted by a leader that lost its
 // leadership (or began handing it over) before the entry committed: it may

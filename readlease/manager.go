@@ -4,22 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/corenode/corenode/api/cachepb"
 	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/internal/drift"
 	"github.com/corenode/corenode/lease"
+	"github.com/corenode/corenode/lessor"
 )
 
 // Config tunes the manager.
@@ -60,8 +55,9 @@ type Node interface {
 	LeaderChange() <-chan struct{}
 }
 
-// Manager is the leader's read-lease service: it serves cache sessions,
-// grants leases, and gates writes (node.Gate). It is a node.LeaderService:
+// Manager is the leader's read-lease service: it runs cache sessions (Open;
+// the edge carries them over the network), grants leases, and gates writes
+// (node.Gate). It is a node.LeaderService:
 // its state lives for one leader term at a time.
 //
 // All methods are safe for concurrent use.
@@ -118,10 +114,6 @@ func New(cfg Config, n Node) *Manager {
 // the confirmation it was granted under.
 func (m *Manager) Horizon() time.Duration { return m.cfg.Duration + m.cfg.Window }
 
-// margin covers the rates of two members' clocks differing: 1% of the
-// interval plus 50 ms, as the holders' side (client/election) uses.
-func margin(d time.Duration) time.Duration { return d/100 + 50*time.Millisecond }
-
 // Run implements node.LeaderService: it builds the term's state once the
 // term's barrier is done, and tears it down when leadership ends.
 func (m *Manager) Run(ctx context.Context, termID uint64) {
@@ -133,7 +125,8 @@ func (m *Manager) Run(ctx context.Context, termID uint64) {
 		// Argument C: the leader of rec.GrantTerm may have granted a lease
 		// until Horizon after a confirmation that began before this term
 		// did (and no later leader waited it out: Cleared is older).
-		notBefore = now.Add(rec.Horizon + margin(rec.Horizon))
+		// drift.Margin covers the rates of two members' clocks differing.
+		notBefore = now.Add(rec.Horizon + drift.Margin(rec.Horizon))
 	}
 	var cleared <-chan time.Time
 	if waiting {
@@ -266,8 +259,7 @@ func (m *Manager) Admit(ctx context.Context, op fsm.Op, data []byte) (func(), er
 	}
 	for _, inv := range invs {
 		if s := t.sessions[inv.Holder]; s != nil {
-			s.send(&cachepb.SessionResponse{Msg: &cachepb.SessionResponse_Invalidate{
-				Invalidate: &cachepb.Invalidate{Seq: inv.Seq, Keys: inv.Keys}}})
+			s.send(Message{Invalidate: &inv})
 			m.metrics.invalidations.Inc()
 		}
 	}
@@ -313,246 +305,13 @@ func (m *Manager) wait(ctx context.Context, t *term, p *Pending, ready <-chan st
 	}
 }
 
-// Serve runs one cache session on the leader until the client ends it or
-// the term ends. It returns ErrNotLeader at once when this member has no
-// leader term built, so the caller can relay the session to the leader.
-func (m *Manager) Serve(stream cachepb.Cache_SessionServer) error {
-	m.mu.Lock()
-	t := m.cur
-	m.mu.Unlock()
-	if t == nil || t.ctx.Err() != nil {
-		return ErrNotLeader
-	}
-	ctx, cancel := context.WithCancel(stream.Context())
-	defer cancel()
-	s := &session{id: HolderID(m.holders.Add(1)), wake: make(chan struct{}, 1), max: m.cfg.MaxQueue, cancel: cancel}
-	t.mu.Lock()
-	if t.ended {
-		t.mu.Unlock()
-		return ErrNotLeader
-	}
-	t.table.AddHolder(s.id)
-	t.sessions[s.id] = s
-	t.mu.Unlock()
-	m.metrics.sessions.Inc()
-	defer func() {
-		t.mu.Lock()
-		t.table.RemoveHolder(s.id)
-		delete(t.sessions, s.id)
-		t.mu.Unlock()
-		m.metrics.sessions.Dec()
-	}()
-	sendErr := make(chan error, 1)
-	go func() { sendErr <- s.sendLoop(ctx, stream) }()
-	recvErr := make(chan error, 1)
-	sem := make(chan struct{}, maxSessionGets)
-	go func() {
-		for {
-			req, err := stream.Recv()
-			if err == io.EOF {
-				// The client ends its session this way only once it
-				// answers nothing from memory any more (client/cache's
-				// Close): an acknowledgement of every lease at once
-				// (argument B). A crash, a cancelled stream or a broken
-				// connection ends it with an error instead, and its
-				// leases are waited out.
-				m.release(t, s.id)
-				recvErr <- nil
-				return
-			}
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			switch r := req.Msg.(type) {
-			case *cachepb.SessionRequest_Get:
-				// Bounded: a client that sends Gets faster than they are
-				// answered waits here, in its own stream's flow control.
-				select {
-				case sem <- struct{}{}:
-				case <-ctx.Done():
-					recvErr <- ctx.Err()
-					return
-				}
-				go func() {
-					defer func() { <-sem }()
-					m.get(ctx, t, s, r.Get)
-				}()
-			case *cachepb.SessionRequest_Ack:
-				m.ack(t, s.id, r.Ack.Seq)
-			}
-		}
-	}()
-	select {
-	case err := <-recvErr:
-		return err
-	case err := <-sendErr:
-		return err
-	case <-t.ctx.Done():
-		return ErrLeaderChanged
-	}
-}
-
-// maxSessionGets bounds the reads one session has in progress on the leader.
-const maxSessionGets = 256
-
-// ErrNotLeader means the session must be served by the leader.
-var ErrNotLeader = errors.New("readlease: not the leader")
+// ErrNotLeader means the session must be served by the leader. It is
+// lessor.ErrNotLeader, corenode's one "not the leader" error.
+var ErrNotLeader = lessor.ErrNotLeader
 
 // ErrLeaderChanged means the term a read or a write was gated in ended
 // before it finished; the caller retries with whoever leads now.
 var ErrLeaderChanged = errors.New("readlease: leader changed")
-
-func (m *Manager) ack(t *term, h HolderID, seq uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.answered(t.table.Ack(h, seq))
-}
-
-// release frees every lease of a holder that ended its session cleanly.
-func (m *Manager) release(t *term, h HolderID) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.answered(t.table.Release(h))
-}
-
-// answered lets through the writes whose holders have all answered; the
-// caller holds t.mu.
-func (t *term) answered(ready []*Pending) {
-	for _, p := range ready {
-		if g := t.writes[p]; g != nil {
-			close(g.acked)
-		}
-	}
-}
-
-// get answers one read: linearizably, with a lease when it may grant one.
-func (m *Manager) get(ctx context.Context, t *term, s *session, req *cachepb.GetRequest) {
-	m.metrics.hits.Add(float64(req.Hits))
-	resp := &cachepb.GetResponse{Id: req.Id}
-	answer := func() { s.send(&cachepb.SessionResponse{Msg: &cachepb.SessionResponse_Get{Get: resp}}) }
-	fail := func(err error) {
-		st, ok := status.FromError(err)
-		if !ok {
-			// Not a gRPC status: the read could not be confirmed here
-			// (leadership lost, member stopping); another try may succeed.
-			code := codes.Unavailable
-			switch {
-			case errors.Is(err, context.Canceled):
-				code = codes.Canceled
-			case errors.Is(err, context.DeadlineExceeded):
-				code = codes.DeadlineExceeded
-			}
-			st = status.New(code, err.Error())
-		}
-		resp.Code, resp.Message = uint32(st.Code()), st.Message()
-		answer()
-	}
-	if len(req.Key) == 0 {
-		fail(rpctypes.ErrGRPCEmptyKey)
-		return
-	}
-	if err := m.awaitWrites(ctx, t, req.Key); err != nil {
-		fail(err)
-		return
-	}
-	start := m.cfg.Clock.Now()
-	// Argument C: a successor can be elected only after this confirmation
-	// began, and waits out Horizon from then.
-	if err := m.node.ReadBarrier(ctx); err != nil {
-		fail(err)
-		return
-	}
-	leased := m.cfg.Duration > 0
-	if leased && !m.recorded(t.id) {
-		// Argument C needs every later leader to know that this term
-		// grants, and the horizon, before its first lease exists: it is
-		// committed first.
-		if err := m.recordGrants(ctx, t.id); err != nil {
-			m.cfg.Logger.Warn("read leases: cannot record the horizon; answering without a lease", "err", err)
-			leased = false
-		}
-	}
-	store := m.node.FSM().Store()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.ended {
-		fail(ErrLeaderChanged)
-		return
-	}
-	// Argument B: the value is read under the lock that marks writes.
-	r, err := store.Range(&pb.RangeRequest{Key: req.Key})
-	if err != nil {
-		fail(err)
-		return
-	}
-	resp.Revision = r.Header.GetRevision()
-	var kvLease int64
-	if len(r.Kvs) > 0 {
-		kv := r.Kvs[0]
-		kvLease = kv.Lease
-		resp.Kv = &cachepb.KeyValue{Key: kv.Key, CreateRevision: kv.CreateRevision, ModRevision: kv.ModRevision,
-			Version: kv.Version, Value: kv.Value, Lease: kv.Lease}
-	}
-	now := m.cfg.Clock.Now()
-	if leased && now.Sub(start) <= m.cfg.Window {
-		if d := t.table.Grant(s.id, req.Key, kvLease, now); d > 0 {
-			resp.LeaseMs = d.Milliseconds()
-			m.metrics.grants.Inc()
-			m.metrics.held.Set(float64(t.table.Len()))
-		}
-	}
-	if resp.LeaseMs == 0 {
-		m.metrics.unleased.Inc()
-	}
-	// Queued under t.mu: an invalidation of this lease is queued after it.
-	answer()
-}
-
-// awaitWrites returns once the writes of key admitted before the call have
-// ended, so the read that follows sees their values and may take a lease;
-// or once HolderWait has passed with one still waiting for its holders: the
-// read is then answered without a lease, as before the write, and a holder
-// that does not answer delays only the write. A burst of holders
-// re-reading while the write is in flight would otherwise each cost a
-// leadership confirmation and get a value good for one use, taking the
-// CPU the write needs. A read that waits is still answered within its own
-// request (it reads after the write, which was concurrent with it), and a
-// write never waits for a read (argument B holds: no grant while it waits).
-func (m *Manager) awaitWrites(ctx context.Context, t *term, key []byte) error {
-	t.mu.Lock()
-	var gs []*gated
-	for _, p := range t.table.Writing(key) {
-		gs = append(gs, t.writes[p])
-	}
-	t.mu.Unlock()
-	if len(gs) == 0 {
-		return nil
-	}
-	m.metrics.readsWaited.Inc()
-	bound := m.cfg.Clock.NewTimer(m.cfg.HolderWait)
-	defer bound.Stop()
-	for _, g := range gs {
-		select {
-		case <-g.admitted:
-		case <-g.ended: // gave up waiting for its holders: nothing to wait for
-		case <-bound.C():
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.ctx.Done():
-			return ErrLeaderChanged
-		}
-		select {
-		case <-g.ended:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.ctx.Done():
-			return ErrLeaderChanged
-		}
-	}
-	return nil
-}
 
 // recorded reports whether the log says this term grants, with a horizon
 // at least this manager's.
@@ -576,52 +335,4 @@ func (m *Manager) recordGrants(ctx context.Context, termID uint64) error {
 		return ErrLeaderChanged
 	}
 	return nil
-}
-
-// session is one client stream on the leader: an ordered, bounded queue of
-// messages to send.
-type session struct {
-	id     HolderID
-	max    int
-	cancel context.CancelFunc
-
-	mu    sync.Mutex
-	queue []*cachepb.SessionResponse
-	wake  chan struct{}
-}
-
-// send queues msg; it never blocks. A client that lets the queue grow past
-// its bound loses the session (its leases run out on their own).
-func (s *session) send(msg *cachepb.SessionResponse) {
-	s.mu.Lock()
-	if len(s.queue) >= s.max {
-		s.mu.Unlock()
-		s.cancel()
-		return
-	}
-	s.queue = append(s.queue, msg)
-	s.mu.Unlock()
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
-
-func (s *session) sendLoop(ctx context.Context, stream cachepb.Cache_SessionServer) error {
-	for {
-		s.mu.Lock()
-		q := s.queue
-		s.queue = nil
-		s.mu.Unlock()
-		for _, msg := range q {
-			if err := stream.Send(msg); err != nil {
-				return err
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return status.Error(codes.Unavailable, "read-lease session ended: "+context.Cause(ctx).Error())
-		case <-s.wake:
-		}
-	}
 }

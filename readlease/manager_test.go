@@ -10,8 +10,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/corenode/corenode/api/cachepb"
 	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/internal/drift"
 	"github.com/corenode/corenode/lease"
 )
 
@@ -134,6 +134,8 @@ type managerHarness struct {
 	node  *stepNode
 	m     *Manager
 	term  *term
+	// stop ends the term and returns once Run has returned.
+	stop func()
 }
 
 func newManagerHarness(t *testing.T, termID uint64, record ...*fsm.ReadLeases) *managerHarness {
@@ -151,10 +153,11 @@ func newManagerHarness(t *testing.T, termID uint64, record ...*fsm.ReadLeases) *
 		defer close(done)
 		h.m.Run(ctx, termID)
 	}()
-	t.Cleanup(func() {
+	h.stop = sync.OnceFunc(func() {
 		cancel()
 		<-done
 	})
+	t.Cleanup(h.stop)
 	wctx, wcancel := context.WithTimeout(context.Background(), hangAfter)
 	defer wcancel()
 	var err error
@@ -218,7 +221,7 @@ func (h *managerHarness) putUntil(key string, end <-chan struct{}) <-chan time.T
 
 // get reads key through s in the background, as a cache's GetRequest.
 func (h *managerHarness) get(s *session, key string) {
-	go h.m.get(context.Background(), h.term, s, &cachepb.GetRequest{Id: 1, Key: []byte(key)})
+	go h.m.get(context.Background(), h.term, s, Get{ID: 1, Key: []byte(key)})
 }
 
 func await[T any](t *testing.T, ch <-chan T, what string) T {
@@ -236,17 +239,17 @@ func await[T any](t *testing.T, ch <-chan T, what string) T {
 // invalidation waits until the session has an Invalidate queued.
 func invalidation(t *testing.T, s *session) uint64 {
 	t.Helper()
-	return queued(t, s, "invalidation", (*cachepb.SessionResponse).GetInvalidate).Seq
+	return queued(t, s, "invalidation", func(m Message) *Invalidation { return m.Invalidate }).Seq
 }
 
-// answer waits until the session has a GetResponse queued.
-func answer(t *testing.T, s *session) *cachepb.GetResponse {
+// answer waits until the session has an Answer queued.
+func answer(t *testing.T, s *session) *Answer {
 	t.Helper()
-	return queued(t, s, "answer", (*cachepb.SessionResponse).GetGet)
+	return queued(t, s, "answer", func(m Message) *Answer { return m.Answer })
 }
 
 // queued waits until the session has a message of the kind pick returns.
-func queued[T comparable](t *testing.T, s *session, what string, pick func(*cachepb.SessionResponse) T) T {
+func queued[T comparable](t *testing.T, s *session, what string, pick func(Message) T) T {
 	t.Helper()
 	var zero T
 	for {
@@ -262,12 +265,12 @@ func queued[T comparable](t *testing.T, s *session, what string, pick func(*cach
 	}
 }
 
-// hasAnswer reports whether the session has a GetResponse queued now.
+// hasAnswer reports whether the session has an Answer queued now.
 func hasAnswer(s *session) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, m := range s.queue {
-		if m.GetGet() != nil {
+		if m.Answer != nil {
 			return true
 		}
 	}
@@ -334,7 +337,7 @@ func TestNewLeaderWaitsOutThenClears(t *testing.T) {
 	horizon := 3 * time.Second
 	h := newManagerHarness(t, 2, &fsm.ReadLeases{Grant: true, Horizon: horizon})
 	admitted := h.put("k")
-	wait := horizon + margin(horizon)
+	wait := horizon + drift.Margin(horizon)
 	// Two timers at the end of the wait: the write's, and the one that
 	// records the clearing.
 	h.clock.awaitTimers(t, time.Unix(1000, 0).Add(wait), 2)
@@ -375,8 +378,8 @@ func TestReadWaitsForTheWriteInFlight(t *testing.T) {
 		t.Fatal("answered while the write was in flight")
 	}
 	close(end)
-	if r := answer(t, reader); r.Code != 0 || r.LeaseMs != dur.Milliseconds() {
-		t.Fatalf("answer after the write: code %d, lease %d ms; want a lease of %v", r.Code, r.LeaseMs, dur)
+	if r := answer(t, reader); r.Err != nil || r.Lease != dur {
+		t.Fatalf("answer after the write: error %v, lease %v; want a lease of %v", r.Err, r.Lease, dur)
 	}
 }
 
@@ -397,8 +400,8 @@ func TestReadDoesNotWaitForASilentHolder(t *testing.T) {
 		t.Fatal("answered before HolderWait while the write waited for its holder")
 	}
 	h.clock.advance(holderWait)
-	if r := answer(t, reader); r.Code != 0 || r.LeaseMs != 0 {
-		t.Fatalf("answer: code %d, lease %d ms; want the value without a lease", r.Code, r.LeaseMs)
+	if r := answer(t, reader); r.Err != nil || r.Lease != 0 {
+		t.Fatalf("answer: error %v, lease %v; want the value without a lease", r.Err, r.Lease)
 	}
 	select {
 	case <-admitted:
@@ -433,7 +436,7 @@ func TestReadGoesOnWhenTheWriteGivesUp(t *testing.T) {
 	if err := await(t, gaveUp, "the write giving up"); err == nil {
 		t.Fatal("admitted a write whose holder never answered, before its lease ran out")
 	}
-	if r := answer(t, reader); r.Code != 0 || r.LeaseMs != dur.Milliseconds() {
-		t.Fatalf("answer: code %d, lease %d ms; want the value with a lease of %v", r.Code, r.LeaseMs, dur)
+	if r := answer(t, reader); r.Err != nil || r.Lease != dur {
+		t.Fatalf("answer: error %v, lease %v; want the value with a lease of %v", r.Err, r.Lease, dur)
 	}
 }

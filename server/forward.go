@@ -5,10 +5,8 @@ import (
 	"errors"
 	"time"
 
-	"github.com/corenode/corenode/checkpoint"
 	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/node"
-	"github.com/corenode/corenode/readlease"
 )
 
 // Forwarding: a member that does not lead passes writes, linearizable
@@ -20,7 +18,7 @@ import (
 var (
 	// ErrNotLeader says the member asked does not lead: the request may go
 	// to whoever does. The edge answers etcd's "not leader".
-	ErrNotLeader = node.ErrNotLeader
+	ErrNotLeader = lessor.ErrNotLeader
 	// ErrLeaderChanged says the leader changed while a request that is not
 	// idempotent was on its way: its outcome is unknown.
 	ErrLeaderChanged = node.ErrLeaderChanged
@@ -44,12 +42,9 @@ func (u *Unreachable) Unwrap() error { return u.Err }
 // changed.
 var errAbandoned = errors.New("server: leader changed during a forwarded call")
 
-// isNotLeader reports whether err says, in any leader-only layer's words,
-// that this member does not lead.
-func isNotLeader(err error) bool {
-	return errors.Is(err, node.ErrNotLeader) || errors.Is(err, checkpoint.ErrNotLeader) ||
-		errors.Is(err, readlease.ErrNotLeader) || errors.Is(err, lessor.ErrNotLeader)
-}
+// isNotLeader reports whether err says that the member asked does not
+// lead (every leader-only layer says it with lessor.ErrNotLeader).
+func isNotLeader(err error) bool { return errors.Is(err, ErrNotLeader) }
 
 // retry reports whether a forwarded call that failed with err may be sent
 // again: always when it never reached a leader's log; when its fate is

@@ -7,6 +7,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/lessor"
 )
 
 // The write pipeline: every request that changes state goes through
@@ -139,4 +140,18 @@ func (s *Server) raiseNoSpace(ctx context.Context) {
 	if err := s.RaiseAlarm(ctx, s.node.ID(), pb.AlarmType_NOSPACE); err != nil {
 		s.log.Warn("raising the NOSPACE alarm failed; the next refused write tries again", "err", err)
 	}
+}
+
+// LeaseProposer is what the lessor replicates grants and revokes through:
+// the write pipeline.
+func (s *Server) LeaseProposer() lessor.Proposer { return leaseProposer{s} }
+
+type leaseProposer struct{ s *Server }
+
+func (p leaseProposer) ProposeGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
+	return Propose[pb.LeaseGrantResponse](p.s, ctx, fsm.OpLeaseGrant, r)
+}
+
+func (p leaseProposer) ProposeRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
+	return Propose[pb.LeaseRevokeResponse](p.s, ctx, fsm.OpLeaseRevoke, r)
 }

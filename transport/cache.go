@@ -15,7 +15,8 @@ import (
 )
 
 // cacheService is the read-lease cache's edge: the leader serves a session
-// (readlease.Manager), any other member relays it to the leader whole.
+// (serveSession over readlease.Manager), any other member relays it to the
+// leader whole.
 type cacheService struct {
 	cachepb.UnimplementedCacheServer
 	s *Server
@@ -26,7 +27,7 @@ func (s *Server) SetReadLeases(m *readlease.Manager) { s.readLeases = m }
 
 func (c *cacheService) Session(stream cachepb.Cache_SessionServer) error {
 	stream = &checkedSession{Cache_SessionServer: stream, s: c.s}
-	err := c.s.readLeases.Serve(stream)
+	err := serveSession(c.s.readLeases, stream)
 	if !notLeader(err) {
 		return err
 	}

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/corenode/corenode/auth"
-	"github.com/corenode/corenode/checkpoint"
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/kv"
 	"github.com/corenode/corenode/lease"
@@ -28,12 +27,10 @@ var errTable = []struct {
 	err  error
 	grpc error
 }{
-	// Each leader-only layer says "not the leader" in its own words; a
-	// client (or the forwarding member) hears etcd's, and retries.
-	{node.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
-	{checkpoint.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
-	{readlease.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
-	{lessor.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
+	// Every leader-only layer says "not the leader" with one error
+	// (lessor.ErrNotLeader); a client (or the forwarding member) hears
+	// etcd's, and retries.
+	{server.ErrNotLeader, rpctypes.ErrGRPCNotLeader},
 	{server.ErrNotSent, rpctypes.ErrGRPCNotLeader},
 	{server.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
 	{server.ErrCorrupt, rpctypes.ErrGRPCCorrupt},

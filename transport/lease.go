@@ -11,38 +11,30 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/corenode/corenode/auth"
-	"github.com/corenode/corenode/checkpoint"
-	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/server"
 )
 
-// SetLeases enables the Lease service, whose rules l applies; m counts
-// grants and revokes and must not be nil.
-func (s *Server) SetLeases(l *lessor.Lessor, m *checkpoint.Metrics) {
-	s.leases, s.leaseMetrics = l, m
-}
+// SetLeases enables the Lease service, whose rules (and counters) l
+// applies.
+func (s *Server) SetLeases(l *lessor.Lessor) { s.leases = l }
 
 type leaseService struct{ s *Server }
 
 func (l *leaseService) LeaseGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
-	resp, err := l.s.leases.Grant(ctx, r, func(ctx context.Context, req *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error) {
-		return server.Propose[pb.LeaseGrantResponse](l.s.req, ctx, fsm.OpLeaseGrant, req)
-	})
+	resp, err := l.s.leases.Grant(ctx, r)
 	if err != nil {
 		return nil, mapErr(ctx, err)
 	}
-	l.s.leaseMetrics.Grants.Inc()
 	l.s.header(resp.Header)
 	return resp, nil
 }
 
 func (l *leaseService) LeaseRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error) {
-	resp, err := server.Propose[pb.LeaseRevokeResponse](l.s.req, ctx, fsm.OpLeaseRevoke, r)
+	resp, err := l.s.leases.Revoke(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	l.s.leaseMetrics.Revokes.Inc()
 	l.s.header(resp.Header)
 	return resp, nil
 }
@@ -67,10 +59,12 @@ func (l *leaseService) LeaseLeases(ctx context.Context, r *pb.LeaseLeasesRequest
 		if err := l.s.authorizeRead(ctx, r); err != nil {
 			return nil, err
 		}
-		resp := &pb.LeaseLeasesResponse{Header: l.s.header(nil)}
-		for _, le := range l.s.node.FSM().Leases() {
-			resp.Leases = append(resp.Leases, &pb.LeaseStatus{ID: le.ID})
+		header := l.s.header(nil)
+		resp, err := l.s.leases.Leases(ctx, r)
+		if err != nil {
+			return nil, err
 		}
+		resp.Header = header
 		return resp, nil
 	})
 	if err != nil {
@@ -147,7 +141,11 @@ func (l *leaseService) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) erro
 // the member's one shared keep-alive stream.
 func (s *Server) renew(ctx context.Context, id int64) (int64, error) {
 	return server.OnLeader(s.req, ctx, true, func(ctx context.Context) (int64, error) {
-		return s.leases.Renew(ctx, id)
+		resp, err := s.leases.Renew(ctx, &pb.LeaseKeepAliveRequest{ID: id})
+		if err != nil {
+			return 0, err
+		}
+		return resp.TTL, nil
 	}, func(ctx context.Context, leader string) (int64, error) {
 		conn, err := s.peers.Conn(leader)
 		if err != nil {

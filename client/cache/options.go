@@ -4,12 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
-)
 
-// Parts of the default drift margin; see DefaultDriftMargin.
-const (
-	driftFraction = 100                   // the margin is the lease/driftFraction ...
-	driftFloor    = 50 * time.Millisecond // ... plus this
+	"github.com/corenode/corenode/internal/drift"
 )
 
 // DefaultMaxKeys is how many keys a Cache holds when WithMaxKeys is not
@@ -17,22 +13,18 @@ const (
 const DefaultMaxKeys = 10000
 
 // DefaultDriftMargin is the margin used when WithDriftMargin is not given,
-// computed from the lease the leader answered: 1% of it plus 50 ms. It is
-// client/election's default margin, for the same reasons.
+// computed from the lease the leader answered: 1% of it plus 50 ms, the
+// margin every part of corenode uses (client/election's default, and the
+// leader's wait for its predecessors' read leases).
 //
 // The margin is the only slack between the cache's deadline and the
-// leader's. Everything else already errs on the safe side: the cache
-// starts a lease when it sends the request, the leader when it grants it,
-// later; the leader never lets a write through before its own deadline
-// unless the cache has said it dropped the key. What is left is that the two
-// measure the lease on different clocks, and clocks run at slightly
-// different rates. Quartz oscillators are within about 100 ppm of their
-// nominal rate, and NTP slews a clock's rate by at most 500 ppm, so two
-// monotonic clocks differ in rate by roughly 1,000 ppm (0.1%) at worst: 1%
-// is ten times that. The floor covers what a rate cannot, such as the
-// scheduling delay between a Get's check of the deadline and its return.
+// leader's: the cache starts a lease when it sends the request, the leader
+// when it grants it, later, and the leader never lets a write through
+// before its own deadline unless the cache has said it dropped the key.
+// What is left is that the two measure the lease on different clocks; why
+// 1% and 50 ms cover that is explained at internal/drift.Margin.
 func DefaultDriftMargin(lease time.Duration) time.Duration {
-	return lease/driftFraction + driftFloor
+	return drift.Margin(lease)
 }
 
 // Option configures New.

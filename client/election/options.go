@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/corenode/corenode/internal/drift"
 )
 
 // DefaultTTL is the lease TTL when WithTTL is not given: long enough that
@@ -12,28 +14,20 @@ import (
 // that died is replaced within seconds.
 const DefaultTTL = 10 * time.Second
 
-// Parts of the default drift margin; see DefaultDriftMargin.
-const (
-	driftFraction = 100                   // the margin is TTL/driftFraction ...
-	driftFloor    = 50 * time.Millisecond // ... plus this
-)
-
 // DefaultDriftMargin is the margin used when WithDriftMargin is not given:
-// 1% of the TTL plus 50 ms.
+// 1% of the TTL plus 50 ms, the margin every part of corenode uses
+// (client/cache's default, and the leader's wait for its predecessors'
+// read leases).
 //
 // The margin is the only slack between the holder's deadline and the
-// issuer's. Everything else already errs on the safe side: the holder
-// starts its deadline when it sends a keep-alive, the issuer when it
-// processes it, later; the issuer never expires early. What is left is
-// that the two measure the TTL on different clocks, and clocks run at
-// slightly different rates. Quartz oscillators are within about 100 ppm of
-// their nominal rate, and NTP slews a clock's rate by at most 500 ppm, so
-// two monotonic clocks differ in rate by roughly 1,000 ppm (0.1%) at worst:
-// 1% is ten times that. The floor covers what a rate cannot: the time from
-// the deadline to a consumer of Done (a goroutine, the `corenode lock`
-// supervisor) being scheduled and acting on it.
+// issuer's: the holder starts its deadline when it sends a keep-alive, the
+// issuer when it processes it, later, and the issuer never expires early.
+// What is left is that the two measure the TTL on different clocks; why 1%
+// and 50 ms cover that (and the delay before a consumer of Done, such as
+// the `corenode lock` supervisor, acts on it) is explained at
+// internal/drift.Margin.
 func DefaultDriftMargin(ttl time.Duration) time.Duration {
-	return ttl/driftFraction + driftFloor
+	return drift.Margin(ttl)
 }
 
 // Option configures Campaign and Lock.
