@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,11 +40,19 @@ type Scheduler struct {
 
 	flush chan struct{}
 
-	mu      sync.Mutex
-	done    uint64        // highest checkpoint seq applied
-	failed  uint64        // highest checkpoint seq whose proposal failed
+	mu   sync.Mutex
+	done uint64 // highest checkpoint seq applied
+	// failed holds the most recent batches that did not apply, each by
+	// its seq: a later batch applying says nothing of an earlier one that
+	// failed (its resets are lost), so a waiter needs its own batch's fate,
+	// not a high-water mark. Waiters live a request timeout, failures come
+	// with lost proposals and ended terms: the last maxFailed are plenty.
+	failed  []uint64
 	changed chan struct{} // closed and replaced when done or failed moves, or an expiry applies
 }
+
+// maxFailed bounds Scheduler.failed.
+const maxFailed = 256
 
 // New returns a scheduler over tr.
 func New(tr *lease.Tracker, p Proposer, cfg Config, m *Metrics, logger *slog.Logger) *Scheduler {
@@ -71,13 +80,13 @@ func (s *Scheduler) AwaitCheckpoint(ctx context.Context, seq uint64) (bool, erro
 	}
 	for {
 		s.mu.Lock()
-		done, failed, changed := s.done, s.failed, s.changed
+		done, failed, changed := s.done, slices.Contains(s.failed, seq), s.changed
 		s.mu.Unlock()
 		switch {
+		case failed:
+			return false, nil
 		case done >= seq:
 			return true, nil
-		case failed >= seq:
-			return false, nil
 		}
 		select {
 		case <-changed:
@@ -111,7 +120,10 @@ func (s *Scheduler) settle(seq uint64, ok bool) {
 	if ok {
 		s.done = max(s.done, seq)
 	} else {
-		s.failed = max(s.failed, seq)
+		if len(s.failed) == maxFailed {
+			s.failed = s.failed[1:]
+		}
+		s.failed = append(s.failed, seq)
 	}
 	s.wakeLocked()
 	s.mu.Unlock()
@@ -132,9 +144,10 @@ func (s *Scheduler) wakeLocked() {
 func (s *Scheduler) Run(ctx context.Context, term uint64) {
 	s.p.PromoteLeases(s.tr.Promote)
 	defer func() {
-		s.tr.Demote()
-		// Wake callers waiting on batches this term will not propose.
-		s.settle(s.tr.Seq(), false)
+		// Demote uses up the number of the batch this term would have taken
+		// next, the one pending resets wait for: it failed. (Every batch
+		// taken before has settled: they are proposed from this goroutine.)
+		s.settle(s.tr.Demote(), false)
 	}()
 	s.log.Info("lease scheduler started", "term", term, "leases", s.tr.Len())
 	clock := s.tr.Clock()

@@ -3,6 +3,8 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -188,4 +190,19 @@ func TestAwaitExpiryFailsOnDemotion(t *testing.T) {
 		t.Fatalf("AwaitExpiry after demotion: %+v, want false", a)
 	}
 	h.wantExpiry(1, 0)
+}
+
+// A batch that failed stays failed for its waiter when a later batch
+// applies: its resets were lost with it.
+func TestAwaitCheckpointAnswersForItsOwnBatch(t *testing.T) {
+	s := New(nil, nil, Config{}, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s.settle(4, true)
+	s.settle(5, false)
+	s.settle(6, true)
+	for seq, want := range map[uint64]bool{4: true, 5: false, 6: true} {
+		got, err := s.AwaitCheckpoint(context.Background(), seq)
+		if err != nil || got != want {
+			t.Errorf("AwaitCheckpoint(%d) = %v, %v; want %v", seq, got, err, want)
+		}
+	}
 }

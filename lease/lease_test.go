@@ -352,3 +352,36 @@ func TestLargestTTLNeverWraps(t *testing.T) {
 		t.Fatalf("remaining %d ttl %d ok %v", rem, ttl, ok)
 	}
 }
+
+// A keep-alive whose reset waits for the next checkpoint batch when the
+// term ends was never replicated: Demote uses up that batch's number, so
+// the next term's first batch cannot answer for it (it would tell the
+// holder a full TTL while the lease restarts from its old checkpoint).
+func TestDemoteUsesUpThePendingResetsBatch(t *testing.T) {
+	tr, c := newTestTracker()
+	tr.Granted(1, 10)
+	c.advance(1500 * time.Millisecond)
+	if cp, _ := tr.TakeCheckpoint(100); cp == nil {
+		t.Fatal("no checkpoint")
+	}
+	r := tr.Renew(1)
+	if r.ResetSeq == 0 {
+		t.Fatalf("renew after checkpoint needs a reset: %+v", r)
+	}
+	if lost := tr.Demote(); lost != r.ResetSeq {
+		t.Fatalf("Demote used up batch %d, want the pending reset's %d", lost, r.ResetSeq)
+	}
+	tr.Promote(0, nil)
+	tr.Granted(2, 10)
+	c.advance(1500 * time.Millisecond)
+	cp, seq := tr.TakeCheckpoint(100)
+	if cp == nil {
+		t.Fatal("no checkpoint in the new term")
+	}
+	if seq <= r.ResetSeq {
+		t.Fatalf("the new term's first batch is %d, which a reset of the old term (%d) would take for its own", seq, r.ResetSeq)
+	}
+	if len(cp.Resets) != 0 {
+		t.Fatalf("the new term's batch carries the old term's resets: %+v", cp.Resets)
+	}
+}

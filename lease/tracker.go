@@ -115,10 +115,17 @@ func (t *Tracker) Promote(leaseClock int64, leases []Lease) {
 }
 
 // Demote deactivates the tracker: a deposed leader decides nothing.
-func (t *Tracker) Demote() {
+//
+// It returns the sequence number of the checkpoint batch the term would
+// have taken next, now used up: keep-alives whose reset waited for that
+// batch (Renewal.ResetSeq) were never replicated, and a batch of a later
+// term must not answer for them.
+func (t *Tracker) Demote() (lost uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.reset()
+	t.seq++
+	return t.seq
 }
 
 func (t *Tracker) reset() {
