@@ -423,7 +423,7 @@ func Start(cfg Config) (*Member, error) {
 	if cfg.CorruptCheckTime > 0 {
 		m.node.AddLeaderService(integrity.New(integrityCluster{m.node, m.server}, cfg.CorruptCheckTime, logger))
 	}
-	m.server.SetLeases(lessor.New(lessor.Config{Tracker: tracker, Scheduler: sched, State: m.node.FSM(),
+	m.request.SetLessor(lessor.New(lessor.Config{Tracker: tracker, Scheduler: sched, State: m.node.FSM(),
 		Barrier: m.node.ReadBarrier, Proposer: m.request.LeaseProposer(), MinTTL: MinTTL(cfg.ElectionTimeout), Metrics: cfg.Metrics}))
 	m.readLeases = readlease.New(readLeaseConfig(cfg, logger), m.node)
 	m.node.AddLeaderService(m.readLeases)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/internal/round"
+	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/node"
 )
 
@@ -27,6 +28,11 @@ type Peers interface {
 	// ReadIndex asks the leader at leader for an index covering every
 	// write acknowledged before the call.
 	ReadIndex(ctx context.Context, leader string) (uint64, error)
+	// Renew relays a keep-alive of lease id to the leader at leader and
+	// returns the TTL it was renewed for.
+	Renew(ctx context.Context, leader string, id int64) (ttl int64, err error)
+	// TimeToLive asks the leader at leader how long a lease has left.
+	TimeToLive(ctx context.Context, leader string, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error)
 	// Retire says this member leads now: the way to a former leader may
 	// go once the calls still on it had their grace.
 	Retire()
@@ -81,6 +87,7 @@ type Server struct {
 	// indexRounds shares read-index round trips among a follower's
 	// linearizable reads.
 	indexRounds *round.Group[uint64]
+	lessor      *lessor.Lessor
 
 	amu     sync.Mutex
 	abandon struct {

@@ -5,7 +5,6 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/readlease"
 )
 
@@ -14,7 +13,7 @@ import (
 // and the table names no method the port does not serve.
 func TestMethodRulesCoverTheClientPort(t *testing.T) {
 	g := grpc.NewServer()
-	(&Server{leases: &lessor.Lessor{}, readLeases: &readlease.Manager{}}).Register(g)
+	(&Server{readLeases: &readlease.Manager{}}).Register(g)
 	served := map[string]bool{}
 	for svc, info := range g.GetServiceInfo() {
 		for _, m := range info.Methods {

@@ -35,6 +35,7 @@ type PeerClient struct {
 	conns map[string]*grpc.ClientConn // by peer address
 
 	proposals proposalForwarder
+	keepAlive kaForwarder
 }
 
 var _ server.Peers = (*PeerClient)(nil)
@@ -102,6 +103,7 @@ func (p *PeerClient) Retire() { p.proposals.retire(p.grace) }
 // Close drops every connection.
 func (p *PeerClient) Close() {
 	p.proposals.close()
+	p.keepAlive.close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for addr, c := range p.conns {

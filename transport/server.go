@@ -13,8 +13,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/corenode/corenode/api/cachepb"
-	"github.com/corenode/corenode/checkpoint"
-	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/node"
 	"github.com/corenode/corenode/readlease"
 	"github.com/corenode/corenode/server"
@@ -41,11 +39,9 @@ type Server struct {
 	// progressInterval is the watch progress notification period.
 	progressInterval time.Duration
 
-	leases       *lessor.Lessor
-	leaseMetrics *checkpoint.Metrics
-	keepAlive    kaForwarder
-	readLeases   *readlease.Manager
-	logins       *prometheus.CounterVec
+	leases     server.Leases
+	readLeases *readlease.Manager
+	logins     *prometheus.CounterVec
 }
 
 // NewServer returns the services of member n, whose requests req runs and
@@ -55,6 +51,7 @@ func NewServer(n *node.Node, req *server.Server, peers *PeerClient, logger *slog
 		node:             n,
 		req:              req,
 		kv:               req,
+		leases:           req,
 		peers:            peers,
 		log:              logger,
 		grace:            req.Grace(),
@@ -69,9 +66,7 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterWatchServer(g, &watchService{s})
 	pb.RegisterClusterServer(g, &clusterService{s})
 	pb.RegisterMaintenanceServer(g, &maintenanceService{s})
-	if s.leases != nil {
-		pb.RegisterLeaseServer(g, &leaseService{s})
-	}
+	pb.RegisterLeaseServer(g, &leaseService{s})
 	if s.readLeases != nil {
 		cachepb.RegisterCacheServer(g, &cacheService{s: s})
 	}
@@ -86,7 +81,6 @@ func (s *Server) RegisterPeer(g *grpc.Server) {
 
 // Close drops connections to other members.
 func (s *Server) Close() {
-	s.keepAlive.close()
 	s.peers.Close()
 }
 
