@@ -496,7 +496,7 @@ func Start(cfg Config) (*Member, error) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		if m.server.PublishSelf(ctx) != nil {
+		if m.request.PublishSelf(ctx) != nil {
 			return
 		}
 		select {

@@ -33,6 +33,9 @@ type Peers interface {
 	Renew(ctx context.Context, leader string, id int64) (ttl int64, err error)
 	// TimeToLive asks the leader at leader how long a lease has left.
 	TimeToLive(ctx context.Context, leader string, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error)
+	// Call runs a unary method of the member at the peer address member
+	// (a leader-only call, or a word to one member), marked as forwarded.
+	Call(ctx context.Context, member, method string, req, resp any) error
 	// Retire says this member leads now: the way to a former leader may
 	// go once the calls still on it had their grace.
 	Retire()

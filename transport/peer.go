@@ -2,19 +2,13 @@ package transport
 
 import (
 	"context"
-	"fmt"
-	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/emptypb"
-
-	"github.com/corenode/corenode/fsm"
-	"github.com/corenode/corenode/server"
 )
 
 // The peer service carries what only members say to each other. Its
@@ -78,15 +72,14 @@ type peerService struct{ s *Server }
 func (p *peerService) Propose(stream grpc.ServerStream) error { return p.s.serveProposals(stream) }
 
 func (p *peerService) Removed(ctx context.Context, m *pb.Member) (*pb.MemberUpdateResponse, error) {
-	if m.ID != p.s.node.ID() {
-		return nil, rpctypes.ErrGRPCMemberNotFound
+	if err := p.s.req.Removed(m.ID); err != nil {
+		return nil, mapErr(ctx, err)
 	}
-	p.s.node.MarkRemoved("the leader said so")
 	return &pb.MemberUpdateResponse{}, nil
 }
 
 func (p *peerService) Members(ctx context.Context, _ *pb.MemberListRequest) (*pb.MemberListResponse, error) {
-	ms, err := p.s.members(ctx)
+	ms, err := p.s.req.Members(ctx)
 	if err != nil {
 		return nil, mapErr(ctx, err)
 	}
@@ -117,64 +110,4 @@ func (p *peerService) ReadIndex(ctx context.Context, _ *pb.StatusRequest) (*pb.S
 		return nil, mapErr(ctx, err)
 	}
 	return &pb.StatusResponse{RaftAppliedIndex: index}, nil
-}
-
-// tellRemoved lets a removed member know, so it stops rather than campaign
-// forever: the leader stops replicating to it, so it may never see its own
-// removal. Best effort; it also notices when it applies the configuration.
-func (s *Server) tellRemoved(id uint64, addr string) {
-	conn, err := s.peers.Conn(addr)
-	if err != nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := conn.Invoke(ctx, "/corenode.Peer/Removed", &pb.Member{ID: id}, new(pb.MemberUpdateResponse)); err != nil {
-		s.log.Info("could not tell a removed member", "id", fmt.Sprintf("%x", id), "err", err)
-	}
-}
-
-func (s *Server) publish(ctx context.Context, m *pb.Member) (*pb.MemberUpdateResponse, error) {
-	_, err := server.Propose[pb.Member](s.req, ctx, fsm.OpPublish, m)
-	if err != nil {
-		return nil, err
-	}
-	return &pb.MemberUpdateResponse{Header: s.header(nil)}, nil
-}
-
-// PublishSelf records this member's name and URLs in the replicated member
-// table, retrying until it succeeds or ctx ends, as etcd members publish
-// their attributes once they join. It returns nil once the table holds
-// them, ctx's error if ctx ended first.
-func (s *Server) PublishSelf(ctx context.Context) error {
-	self := s.node.Self()
-	for {
-		if cur := s.node.FSM().Member(self.ID); cur != nil && published(cur, self) {
-			if !slices.Equal(cur.PeerURLs, self.PeerURLs) {
-				s.log.Warn("the cluster reaches this member at other peer URLs than it advertises (etcdctl member update changed them); "+
-					"restart it with --initial-advertise-peer-urls set to them", "cluster", cur.PeerURLs, "advertised", self.PeerURLs)
-			}
-			return nil
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := s.publish(cctx, self)
-		cancel()
-		if err == nil {
-			s.log.Info("published member attributes", "name", self.Name, "client-urls", self.ClientURLs)
-			return nil
-		}
-		s.log.Debug("publish failed, retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// published reports whether the cluster's record cur holds what self
-// publishes: its name and client URLs, and some peer URLs (the cluster's
-// own, if it recorded them when it added the member).
-func published(cur, self *pb.Member) bool {
-	return cur.Name == self.Name && slices.Equal(cur.ClientURLs, self.ClientURLs) && len(cur.PeerURLs) > 0
 }

@@ -97,6 +97,15 @@ func (p *PeerClient) ReadIndex(ctx context.Context, leader string) (uint64, erro
 	return resp.RaftAppliedIndex, nil
 }
 
+// Call implements server.Peers.
+func (p *PeerClient) Call(ctx context.Context, member, method string, req, resp any) error {
+	conn, err := p.Conn(member)
+	if err != nil {
+		return server.ErrNotSent
+	}
+	return peerErr(conn.Invoke(forwarded(ctx), method, req, resp))
+}
+
 // Retire implements server.Peers.
 func (p *PeerClient) Retire() { p.proposals.retire(p.grace) }
 

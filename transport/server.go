@@ -40,6 +40,7 @@ type Server struct {
 	progressInterval time.Duration
 
 	leases     server.Leases
+	cluster    server.Cluster
 	readLeases *readlease.Manager
 	logins     *prometheus.CounterVec
 }
@@ -52,6 +53,7 @@ func NewServer(n *node.Node, req *server.Server, peers *PeerClient, logger *slog
 		req:              req,
 		kv:               req,
 		leases:           req,
+		cluster:          req,
 		peers:            peers,
 		log:              logger,
 		grace:            req.Grace(),
