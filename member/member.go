@@ -421,7 +421,7 @@ func Start(cfg Config) (*Member, error) {
 		checkpoint.NewMetrics(cfg.Metrics), logger)
 	m.node.AddLeaderService(sched)
 	if cfg.CorruptCheckTime > 0 {
-		m.node.AddLeaderService(integrity.New(integrityCluster{m.node, m.server}, cfg.CorruptCheckTime, logger))
+		m.node.AddLeaderService(integrity.New(integrityCluster{m.node, m.request}, cfg.CorruptCheckTime, logger))
 	}
 	m.request.SetLessor(lessor.New(lessor.Config{Tracker: tracker, Scheduler: sched, State: m.node.FSM(),
 		Barrier: m.node.ReadBarrier, Proposer: m.request.LeaseProposer(), MinTTL: MinTTL(cfg.ElectionTimeout), Metrics: cfg.Metrics}))
@@ -548,7 +548,7 @@ func (p proposer) PromoteLeases(fn func(int64, []lease.Lease)) { p.n.FSM().Promo
 // cluster: its own store, and the others' hashes over the peer port.
 type integrityCluster struct {
 	n *node.Node
-	s *transport.Server
+	s *server.Server
 }
 
 func (c integrityCluster) Self() uint64 { return c.n.ID() }

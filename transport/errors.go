@@ -35,6 +35,9 @@ var errTable = []struct {
 	{server.ErrNoLeader, rpctypes.ErrGRPCNoLeader},
 	{server.ErrCorrupt, rpctypes.ErrGRPCCorrupt},
 	{server.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
+	{server.ErrDowngradeVersionFormat, rpctypes.ErrGRPCWrongDowngradeVersionFormat},
+	{server.ErrDowngradeTarget, rpctypes.ErrGRPCInvalidDowngradeTargetVersion},
+	{server.ErrUnknownMethod, status.Error(codes.InvalidArgument, "etcdserver: unknown method")},
 	{context.DeadlineExceeded, rpctypes.ErrGRPCTimeout},
 	{node.ErrBadTransferee, rpctypes.ErrGRPCBadLeaderTransferee},
 	{node.ErrTransferTimeout, errGRPCTimeoutLeaderTransfer},
@@ -111,6 +114,10 @@ func mapErr(ctx context.Context, err error) error {
 	}
 	if _, ok := status.FromError(err); ok {
 		return err
+	}
+	if errors.Is(err, server.ErrSnapshot) {
+		// Another member may take it: Unavailable, with what went wrong.
+		return status.Error(codes.Unavailable, err.Error())
 	}
 	for _, e := range errTable {
 		if errors.Is(err, e.err) {

@@ -5,118 +5,38 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
-	"fmt"
 	"hash"
-	"net/url"
-	"regexp"
-	"slices"
 
-	"github.com/hashicorp/raft"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/corenode/corenode/etcddb"
-	"github.com/corenode/corenode/fsm"
-	"github.com/corenode/corenode/kv"
 	"github.com/corenode/corenode/server"
 )
 
-// APIVersion is the etcd API version corenode reports in Status; clients
-// gate features on it.
-const APIVersion = "3.6.0"
+// APIVersion is the etcd API version corenode reports; clients gate
+// features on it.
+const APIVersion = server.APIVersion
 
-// clusterVersion is APIVersion as etcd names a cluster's version:
-// MAJOR.MINOR.
-const clusterVersion = "3.6"
-
+// maintenanceService is the Maintenance service's edge over the request
+// layer (server.Maintenance).
 type maintenanceService struct{ s *Server }
 
-// Alarm lists the raised alarms (GET, answered once this member has applied
-// everything committed before the call) or raises or clears one through
-// raft, as etcd does; `etcdctl alarm disarm` clears each listed alarm.
 func (m *maintenanceService) Alarm(ctx context.Context, r *pb.AlarmRequest) (*pb.AlarmResponse, error) {
-	if r.Action != pb.AlarmRequest_GET {
-		resp, err := server.Propose[pb.AlarmResponse](m.s.req, ctx, fsm.OpAlarm, r)
-		if err != nil {
-			return nil, mapErr(ctx, err)
-		}
-		resp.Header = m.s.header(resp.Header)
-		return resp, nil
-	}
-	alarms, err := server.Linearizable(m.s.req, ctx, func() ([]*pb.AlarmMember, error) { return m.s.node.FSM().Alarms(), nil })
+	resp, err := m.s.maintenance.Alarm(ctx, r)
 	if err != nil {
 		return nil, mapErr(ctx, err)
 	}
-	resp := &pb.AlarmResponse{Header: m.s.header(nil)}
-	for _, a := range alarms {
-		if r.MemberID == 0 || r.MemberID == a.MemberID {
-			resp.Alarms = append(resp.Alarms, a)
-		}
-	}
+	resp.Header = m.s.header(resp.Header)
 	return resp, nil
 }
 
-// RaiseAlarm raises an alarm of type t for member id through raft and
-// returns once it has applied here.
-func (s *Server) RaiseAlarm(ctx context.Context, id uint64, t pb.AlarmType) error {
-	return s.req.RaiseAlarm(ctx, id, t)
-}
-
-// PeerHashKV asks member id, over the peer port, for its hash of the key
-// space at rev (see Maintenance.HashKV).
-func (s *Server) PeerHashKV(ctx context.Context, id uint64, rev int64) (kv.KVHash, error) {
-	members, err := s.node.Members()
-	if err != nil {
-		return kv.KVHash{}, err
-	}
-	i := slices.IndexFunc(members, func(m *pb.Member) bool { return m.ID == id && len(m.PeerURLs) > 0 })
-	if i < 0 {
-		return kv.KVHash{}, fmt.Errorf("transport: member %x has no peer URL", id)
-	}
-	u, err := url.Parse(members[i].PeerURLs[0])
-	if err != nil {
-		return kv.KVHash{}, fmt.Errorf("transport: member %x peer URL: %w", id, err)
-	}
-	conn, err := s.peers.Conn(u.Host)
-	if err != nil {
-		return kv.KVHash{}, err
-	}
-	resp, err := pb.NewMaintenanceClient(conn).HashKV(ctx, &pb.HashKVRequest{Revision: rev})
-	if err != nil {
-		return kv.KVHash{}, err
-	}
-	return kv.KVHash{Hash: resp.Hash, Revision: resp.HashRevision, CompactRevision: resp.CompactRevision}, nil
-}
-
 func (m *maintenanceService) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusResponse, error) {
-	n := m.s.node
-	rf := n.Raft()
-	leader, _ := n.Leader()
-	resp := &pb.StatusResponse{
-		Header:           m.s.header(nil),
-		Version:          APIVersion,
-		Leader:           leader,
-		RaftIndex:        rf.CommitIndex(),
-		RaftTerm:         rf.CurrentTerm(),
-		RaftAppliedIndex: rf.AppliedIndex(),
-		DbSize:           n.DiskSize(),
-		DbSizeInUse:      n.DiskSize(),
-		DbSizeQuota:      max(m.s.req.Limits().QuotaBackendBytes, 0),
-		StorageVersion:   APIVersion,
-		IsLearner:        n.IsLearner(),
+	resp, err := m.s.maintenance.Status(ctx, r)
+	if err != nil {
+		return nil, mapErr(ctx, err)
 	}
-	if leader == 0 {
-		resp.Errors = append(resp.Errors, "etcdserver: no leader")
-	}
-	for _, a := range n.FSM().Alarms() {
-		resp.Errors = append(resp.Errors, a.String())
-	}
-	if rf.State() == raft.Shutdown {
-		resp.Errors = append(resp.Errors, "etcdserver: server stopped")
-	}
+	resp.Header = m.s.header(nil)
 	return resp, nil
 }
 
@@ -127,44 +47,30 @@ func (m *maintenanceService) Defragment(ctx context.Context, r *pb.DefragmentReq
 }
 
 func (m *maintenanceService) Hash(ctx context.Context, r *pb.HashRequest) (*pb.HashResponse, error) {
-	h, rev, err := m.s.node.FSM().Hash()
+	resp, err := m.s.maintenance.Hash(ctx, r)
 	if err != nil {
 		return nil, mapErr(ctx, err)
 	}
-	return &pb.HashResponse{Header: m.s.header(&pb.ResponseHeader{Revision: rev}), Hash: h}, nil
+	resp.Header = m.s.header(resp.Header)
+	return resp, nil
 }
 
-// HashKV answers from this member's own state, as etcd's does, so that
-// `etcdctl endpoint hashkv --cluster` compares the members.
 func (m *maintenanceService) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVResponse, error) {
-	store := m.s.node.Store()
-	h, err := store.HashKV(r.Revision)
+	resp, err := m.s.maintenance.HashKV(ctx, r)
 	if err != nil {
 		return nil, mapErr(ctx, err)
 	}
-	return &pb.HashKVResponse{Header: m.s.header(nil), Hash: h.Hash, CompactRevision: h.CompactRevision, HashRevision: h.Revision}, nil
+	resp.Header = m.s.header(nil)
+	return resp, nil
 }
 
-// Snapshot streams this member's state as etcd's backend file, followed by
-// its SHA-256 as etcd appends one: what `etcdctl snapshot save` stores is a
+// Snapshot streams the request layer's snapshot file, followed by its
+// SHA-256 as etcd appends one: what `etcdctl snapshot save` stores is a
 // file that `etcdutl snapshot status` and `restore` take, and that
-// `corenode snapshot restore` takes too. As etcd, the member asked answers
-// from its own state, so a save costs the leader nothing; unlike etcd's,
-// that state is taken once it holds every write acknowledged before the
-// call (a read index, as for a linearizable read), never a lagging one.
+// `corenode snapshot restore` takes too.
 func (m *maintenanceService) Snapshot(r *pb.SnapshotRequest, srv pb.Maintenance_SnapshotServer) error {
 	ctx := srv.Context()
-	if m.s.req.Corrupt() {
-		return rpctypes.ErrGRPCCorrupt
-	}
-	file, err := server.Linearizable(m.s.req, ctx, func() (*etcddb.File, error) {
-		f, err := m.s.node.ExportSnapshot(ctx)
-		if err != nil && ctx.Err() == nil {
-			m.s.log.Error("snapshot for client failed", "err", err)
-			return nil, status.Error(codes.Unavailable, err.Error())
-		}
-		return f, err
-	})
+	file, err := m.s.maintenance.Snapshot(ctx)
 	if err != nil {
 		return mapErr(ctx, err)
 	}
@@ -214,36 +120,19 @@ func snapshotErr(err error) error {
 }
 
 func (m *maintenanceService) MoveLeader(ctx context.Context, r *pb.MoveLeaderRequest) (*pb.MoveLeaderResponse, error) {
-	_, err := server.OnLeader(m.s.req, ctx, false, func(ctx context.Context) (*pb.MoveLeaderResponse, error) {
-		return nil, m.s.node.TransferLeadership(r.TargetID)
-	}, remote(m.s, func(ctx context.Context, c *grpc.ClientConn) (*pb.MoveLeaderResponse, error) {
-		return pb.NewMaintenanceClient(c).MoveLeader(ctx, r)
-	}))
+	resp, err := m.s.maintenance.MoveLeader(ctx, r)
 	if err != nil {
-		return nil, err
+		return nil, mapErr(ctx, err)
 	}
-	return &pb.MoveLeaderResponse{Header: m.s.header(nil)}, nil
+	resp.Header = m.s.header(nil)
+	return resp, nil
 }
 
-// Downgrade answers as etcd answers for a version it cannot go down to:
-// corenode keeps one storage format and no older corenode reads a newer
-// one's log (see docs/operations.md, "Upgrades"), so no target is valid
-// and no downgrade is ever in flight. A malformed target gets etcd's
-// format error first, as etcd checks the format first; a cancel with
-// nothing to cancel succeeds with the cluster version, as etcd 3.6's does.
 func (m *maintenanceService) Downgrade(ctx context.Context, r *pb.DowngradeRequest) (*pb.DowngradeResponse, error) {
-	switch r.Action {
-	case pb.DowngradeRequest_VALIDATE, pb.DowngradeRequest_ENABLE:
-		if !downgradeTarget.MatchString(r.Version) {
-			return nil, rpctypes.ErrGRPCWrongDowngradeVersionFormat
-		}
-		return nil, rpctypes.ErrGRPCInvalidDowngradeTargetVersion
-	case pb.DowngradeRequest_CANCEL:
-		return &pb.DowngradeResponse{Header: m.s.header(nil), Version: clusterVersion}, nil
+	resp, err := m.s.maintenance.Downgrade(ctx, r)
+	if err != nil {
+		return nil, mapErr(ctx, err)
 	}
-	return nil, status.Error(codes.InvalidArgument, "etcdserver: unknown method")
+	resp.Header = m.s.header(nil)
+	return resp, nil
 }
-
-// downgradeTarget is the form etcd takes a downgrade target in: a cluster
-// version, MAJOR.MINOR, with an optional .PATCH.
-var downgradeTarget = regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+)?$`)

@@ -39,10 +39,11 @@ type Server struct {
 	// progressInterval is the watch progress notification period.
 	progressInterval time.Duration
 
-	leases     server.Leases
-	cluster    server.Cluster
-	readLeases *readlease.Manager
-	logins     *prometheus.CounterVec
+	leases      server.Leases
+	cluster     server.Cluster
+	maintenance server.Maintenance
+	readLeases  *readlease.Manager
+	logins      *prometheus.CounterVec
 }
 
 // NewServer returns the services of member n, whose requests req runs and
@@ -54,6 +55,7 @@ func NewServer(n *node.Node, req *server.Server, peers *PeerClient, logger *slog
 		kv:               req,
 		leases:           req,
 		cluster:          req,
+		maintenance:      req,
 		peers:            peers,
 		log:              logger,
 		grace:            req.Grace(),
