@@ -7,7 +7,6 @@ import (
 	"errors"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -116,12 +115,10 @@ func (l *Lessor) Grant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseG
 	}
 }
 
-// taken reports whether a grant failed because its ID exists: the lease
-// table's error when the grant applied on this member, etcd's gRPC error
-// when the leader answered a forwarded one.
-func taken(err error) bool {
-	return errors.Is(err, lease.ErrLeaseExists) || errors.Is(err, rpctypes.ErrGRPCLeaseExist)
-}
+// taken reports whether a grant failed because its ID exists (the request
+// layer returns the lease table's error also when the leader answered a
+// forwarded grant).
+func taken(err error) bool { return errors.Is(err, lease.ErrLeaseExists) }
 
 // Revoke revokes lease r.ID, from any member, and returns the applied
 // revoke's answer (the lease's keys are deleted in the same entry).

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -159,7 +158,7 @@ func TestGrantTTLBounds(t *testing.T) {
 // number of times; an ID the client chose is never replaced.
 func TestGrantRetriesACollisionOfAChosenID(t *testing.T) {
 	l := newTestLessor(t, 11, 12, 13)
-	l.p.errs = []error{rpctypes.ErrGRPCLeaseExist, lease.ErrLeaseExists}
+	l.p.errs = []error{lease.ErrLeaseExists, lease.ErrLeaseExists}
 	resp, err := l.Grant(context.Background(), &pb.LeaseGrantRequest{TTL: 10})
 	if err != nil || resp.ID != 13 {
 		t.Fatalf("grant: %v %v, want ID 13 after two collisions", resp, err)
@@ -169,15 +168,15 @@ func TestGrantRetriesACollisionOfAChosenID(t *testing.T) {
 	}
 
 	l = newTestLessor(t, 1, 2, 3, 4, 5)
-	l.p.errs = []error{rpctypes.ErrGRPCLeaseExist, rpctypes.ErrGRPCLeaseExist, rpctypes.ErrGRPCLeaseExist, rpctypes.ErrGRPCLeaseExist}
-	if _, err := l.Grant(context.Background(), &pb.LeaseGrantRequest{TTL: 10}); !errors.Is(err, rpctypes.ErrGRPCLeaseExist) || len(l.p.grants) != idAttempts {
-		t.Fatalf("after %d collisions: %v, want ErrGRPCLeaseExist after %d", len(l.p.grants), err, idAttempts)
+	l.p.errs = []error{lease.ErrLeaseExists, lease.ErrLeaseExists, lease.ErrLeaseExists, lease.ErrLeaseExists}
+	if _, err := l.Grant(context.Background(), &pb.LeaseGrantRequest{TTL: 10}); !errors.Is(err, lease.ErrLeaseExists) || len(l.p.grants) != idAttempts {
+		t.Fatalf("after %d collisions: %v, want ErrLeaseExists after %d", len(l.p.grants), err, idAttempts)
 	}
 
 	l = newTestLessor(t)
-	l.p.errs = []error{rpctypes.ErrGRPCLeaseExist}
-	if _, err := l.Grant(context.Background(), &pb.LeaseGrantRequest{ID: 5, TTL: 10}); !errors.Is(err, rpctypes.ErrGRPCLeaseExist) || len(l.p.grants) != 1 {
-		t.Fatalf("client's ID taken: %v after %d proposals, want ErrGRPCLeaseExist after 1", err, len(l.p.grants))
+	l.p.errs = []error{lease.ErrLeaseExists}
+	if _, err := l.Grant(context.Background(), &pb.LeaseGrantRequest{ID: 5, TTL: 10}); !errors.Is(err, lease.ErrLeaseExists) || len(l.p.grants) != 1 {
+		t.Fatalf("client's ID taken: %v after %d proposals, want ErrLeaseExists after 1", err, len(l.p.grants))
 	}
 }
 
@@ -186,7 +185,7 @@ func TestGrantRetriesACollisionOfAChosenID(t *testing.T) {
 func TestGrantAndRevokeCounters(t *testing.T) {
 	l := newTestLessor(t, 1, 2)
 	ctx := context.Background()
-	l.p.errs = []error{rpctypes.ErrGRPCLeaseExist}
+	l.p.errs = []error{lease.ErrLeaseExists}
 	if _, err := l.Grant(ctx, &pb.LeaseGrantRequest{TTL: 10}); err != nil {
 		t.Fatal(err)
 	}

@@ -465,7 +465,7 @@ func Start(cfg Config) (*Member, error) {
 	opts = append(opts, transport.ServerOptions()...)
 	if cfg.Metrics != nil {
 		opts = append(opts, transport.NewGRPCMetrics(cfg.Metrics).ServerOptions()...)
-		m.server.RegisterAuthMetrics(cfg.Metrics)
+		m.request.RegisterAuthMetrics(cfg.Metrics)
 	}
 	// Inside the metrics' interceptors, so they count etcd's codes.
 	opts = append(opts, transport.ErrorOptions()...)

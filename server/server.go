@@ -8,6 +8,8 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/internal/round"
 	"github.com/corenode/corenode/lessor"
@@ -91,6 +93,7 @@ type Server struct {
 	// linearizable reads.
 	indexRounds *round.Group[uint64]
 	lessor      *lessor.Lessor
+	logins      *prometheus.CounterVec // nil until RegisterAuthMetrics
 
 	amu     sync.Mutex
 	abandon struct {

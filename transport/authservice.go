@@ -2,12 +2,8 @@ package transport
 
 import (
 	"context"
-	"errors"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/fsm"
@@ -29,17 +25,9 @@ func authCall[R any, T interface {
 	*R
 	authResponse
 }](a *authService, ctx context.Context, r *pb.InternalRaftRequest) (T, error) {
-	var zero T
-	if r.Header == nil {
-		hdr, err := a.s.req.As(ctx)
-		if err != nil {
-			return zero, mapErr(ctx, err)
-		}
-		r.Header = hdr
-	}
-	resp, err := server.Propose[R, T](a.s.req, ctx, fsm.OpAuth, r)
+	resp, err := server.AuthProposal[R, T](a.s.req, ctx, r)
 	if err != nil {
-		return zero, mapErr(ctx, err)
+		return nil, mapErr(ctx, err)
 	}
 	a.s.header(resp.GetHeader())
 	return resp, nil
@@ -121,70 +109,11 @@ func (a *authService) RoleRevokePermission(ctx context.Context, r *pb.AuthRoleRe
 	return authCall[pb.AuthRoleRevokePermissionResponse](a, ctx, &pb.InternalRaftRequest{AuthRoleRevokePermission: r})
 }
 
-// Authenticate checks the password here (bcrypt, with the back-off after
-// failures), then commits the token through the log so every member knows
-// it. If the auth state changed between the check and the commit (a new
-// password, say), the entry is refused and the check runs again, as etcd's
-// optimistic loop does.
 func (a *authService) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*pb.AuthenticateResponse, error) {
-	st := a.s.authStore()
-	// caughtUp waits until this member has applied every entry committed
-	// before the call.
-	caughtUp := func() error {
-		_, err := server.Linearizable(a.s.req, ctx, func() (struct{}, error) { return struct{}{}, nil })
-		return err
+	resp, err := a.s.req.Authenticate(ctx, r)
+	if err != nil {
+		return nil, mapErr(ctx, err)
 	}
-	for attempt := 0; ; attempt++ {
-		// Check against state that includes every change acknowledged
-		// before this call (a password just changed, say).
-		if err := caughtUp(); err != nil {
-			return nil, err
-		}
-		rev, err := st.Login(r.Name, r.Password)
-		a.s.countLogin(err)
-		if err != nil {
-			return nil, mapErr(ctx, err)
-		}
-		prefix, err := auth.NewTokenPrefix()
-		if err != nil {
-			return nil, mapErr(ctx, err)
-		}
-		req := &pb.InternalRaftRequest{Header: &pb.RequestHeader{AuthRevision: rev},
-			Authenticate: &pb.InternalAuthenticateRequest{Name: r.Name, SimpleToken: prefix}}
-		resp, err := authCall[pb.AuthenticateResponse](a, ctx, req)
-		if errors.Is(err, rpctypes.ErrGRPCAuthOldRevision) && attempt < 3 {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		// The leader applied the token's entry; this member, which the
-		// client will call with the token next, must know it too.
-		if err := caughtUp(); err != nil {
-			return nil, err
-		}
-		return resp, nil
-	}
-}
-
-// RegisterAuthMetrics adds the login counters to reg.
-func (s *Server) RegisterAuthMetrics(reg prometheus.Registerer) {
-	s.logins = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corenode_auth_logins_total",
-		Help: "Authenticate calls checked on this member, by result: ok, password (wrong password), user (no such user, or one without a password), backoff (refused unchecked after repeated failures)."},
-		[]string{"result"})
-	reg.MustRegister(s.logins)
-}
-
-func (s *Server) countLogin(err error) {
-	if s.logins == nil || errors.Is(err, auth.ErrAuthNotEnabled) {
-		return
-	}
-	result := "ok"
-	var le *auth.LoginError
-	if errors.As(err, &le) {
-		result = le.Reason
-	} else if err != nil {
-		return
-	}
-	s.logins.WithLabelValues(result).Inc()
+	a.s.header(resp.Header)
+	return resp, nil
 }

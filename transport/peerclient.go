@@ -11,7 +11,6 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -145,9 +144,10 @@ func peerErr(err error) error {
 	if !ok {
 		return err
 	}
+	if typed, ok := fromGRPC[grpcError{st.Code(), st.Message()}]; ok {
+		return typed
+	}
 	switch {
-	case st.Code() == codes.FailedPrecondition && st.Message() == notLeaderText:
-		return server.ErrNotLeader
 	case st.Code() == codes.Unavailable:
 		msg := strings.ToLower(st.Message())
 		if strings.Contains(msg, "while dialing") || strings.Contains(msg, "handshake failed") {
@@ -158,6 +158,27 @@ func peerErr(err error) error {
 	return err
 }
 
-// notLeaderText is what etcd's "not leader" says, in every layer's words
-// (see errTable).
-var notLeaderText = status.Convert(rpctypes.ErrGRPCNotLeader).Message()
+// grpcError is a gRPC error as it travels: its code and its text.
+type grpcError struct {
+	code codes.Code
+	msg  string
+}
+
+// fromGRPC is errTable read backwards: what the leader answered a
+// forwarded call with, as the typed error it was there (the first row of
+// each gRPC error), so the request layer decides on the same errors
+// whether a call ran here or on the leader, and the edge sends the client
+// the same gRPC error either way. Unavailable answers are left out: they
+// may come from the way to the leader, not from it, and are judged
+// apart.
+var fromGRPC = func() map[grpcError]error {
+	m := map[grpcError]error{}
+	for _, e := range errTable {
+		st := status.Convert(e.grpc)
+		k := grpcError{st.Code(), st.Message()}
+		if _, seen := m[k]; !seen && k.code != codes.Unavailable {
+			m[k] = e.err
+		}
+	}
+	return m
+}()

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 
@@ -43,7 +42,6 @@ type Server struct {
 	cluster     server.Cluster
 	maintenance server.Maintenance
 	readLeases  *readlease.Manager
-	logins      *prometheus.CounterVec
 }
 
 // NewServer returns the services of member n, whose requests req runs and
