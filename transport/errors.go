@@ -10,12 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/corenode/corenode/auth"
-	"github.com/corenode/corenode/fsm"
-	"github.com/corenode/corenode/kv"
-	"github.com/corenode/corenode/lease"
-	"github.com/corenode/corenode/lessor"
-	"github.com/corenode/corenode/node"
-	"github.com/corenode/corenode/readlease"
 	"github.com/corenode/corenode/server"
 )
 
@@ -39,36 +33,36 @@ var errTable = []struct {
 	{server.ErrDowngradeTarget, rpctypes.ErrGRPCInvalidDowngradeTargetVersion},
 	{server.ErrUnknownMethod, status.Error(codes.InvalidArgument, "etcdserver: unknown method")},
 	{context.DeadlineExceeded, rpctypes.ErrGRPCTimeout},
-	{node.ErrBadTransferee, rpctypes.ErrGRPCBadLeaderTransferee},
-	{node.ErrTransferTimeout, errGRPCTimeoutLeaderTransfer},
-	{node.ErrLeaderChanged, rpctypes.ErrGRPCLeaderChanged},
-	{readlease.ErrLeaderChanged, rpctypes.ErrGRPCLeaderChanged},
-	{node.ErrStopped, rpctypes.ErrGRPCStopped},
-	{node.ErrCatchingUp, errGRPCCatchingUp},
-	{node.ErrTimeout, rpctypes.ErrGRPCTimeout},
-	{fsm.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
-	{node.ErrMemberNotFound, rpctypes.ErrGRPCMemberNotFound},
-	{node.ErrPeerURLExists, rpctypes.ErrGRPCPeerURLExist},
-	{node.ErrBadPeerURLs, rpctypes.ErrGRPCMemberBadURLs},
-	{node.ErrMemberNotLearn, rpctypes.ErrGRPCMemberNotLearner},
-	{node.ErrLearnerNotReady, rpctypes.ErrGRPCLearnerNotReady},
-	{node.ErrTooManyLearners, rpctypes.ErrGRPCTooManyLearners},
-	{node.ErrNotEnoughStarted, rpctypes.ErrGRPCMemberNotEnoughStarted},
-	{node.ErrUnhealthy, rpctypes.ErrGRPCUnhealthy},
-	{lessor.ErrTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
+	{server.ErrBadTransferee, rpctypes.ErrGRPCBadLeaderTransferee},
+	{server.ErrTransferTimeout, errGRPCTimeoutLeaderTransfer},
+	{server.ErrLeaderChanged, rpctypes.ErrGRPCLeaderChanged},
+	{server.ErrReadLeaseChanged, rpctypes.ErrGRPCLeaderChanged},
+	{server.ErrStopped, rpctypes.ErrGRPCStopped},
+	{server.ErrCatchingUp, errGRPCCatchingUp},
+	{server.ErrTimeout, rpctypes.ErrGRPCTimeout},
+	{server.ErrNoSpace, rpctypes.ErrGRPCNoSpace},
+	{server.ErrMemberNotFound, rpctypes.ErrGRPCMemberNotFound},
+	{server.ErrPeerURLExists, rpctypes.ErrGRPCPeerURLExist},
+	{server.ErrBadPeerURLs, rpctypes.ErrGRPCMemberBadURLs},
+	{server.ErrMemberNotLearner, rpctypes.ErrGRPCMemberNotLearner},
+	{server.ErrLearnerNotReady, rpctypes.ErrGRPCLearnerNotReady},
+	{server.ErrTooManyLearners, rpctypes.ErrGRPCTooManyLearners},
+	{server.ErrNotEnoughStarted, rpctypes.ErrGRPCMemberNotEnoughStarted},
+	{server.ErrUnhealthy, rpctypes.ErrGRPCUnhealthy},
+	{server.ErrTTLTooLarge, rpctypes.ErrGRPCLeaseTTLTooLarge},
 
-	{kv.ErrEmptyKey, rpctypes.ErrGRPCEmptyKey},
-	{kv.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
-	{kv.ErrValueProvided, rpctypes.ErrGRPCValueProvided},
-	{kv.ErrLeaseProvided, rpctypes.ErrGRPCLeaseProvided},
-	{kv.ErrDuplicateKey, rpctypes.ErrGRPCDuplicateKey},
-	{kv.ErrTooManyOps, rpctypes.ErrGRPCTooManyOps},
-	{kv.ErrInvalidSortOption, rpctypes.ErrGRPCInvalidSortOption},
-	{kv.ErrCompacted, rpctypes.ErrGRPCCompacted},
-	{kv.ErrFutureRev, rpctypes.ErrGRPCFutureRev},
-	{kv.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
-	{lease.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
-	{lease.ErrLeaseExists, rpctypes.ErrGRPCLeaseExist},
+	{server.ErrEmptyKey, rpctypes.ErrGRPCEmptyKey},
+	{server.ErrKeyNotFound, rpctypes.ErrGRPCKeyNotFound},
+	{server.ErrValueProvided, rpctypes.ErrGRPCValueProvided},
+	{server.ErrLeaseProvided, rpctypes.ErrGRPCLeaseProvided},
+	{server.ErrDuplicateKey, rpctypes.ErrGRPCDuplicateKey},
+	{server.ErrTooManyOps, rpctypes.ErrGRPCTooManyOps},
+	{server.ErrInvalidSortOption, rpctypes.ErrGRPCInvalidSortOption},
+	{server.ErrCompacted, rpctypes.ErrGRPCCompacted},
+	{server.ErrFutureRev, rpctypes.ErrGRPCFutureRev},
+	{server.ErrKeysLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
+	{server.ErrLeaseNotFound, rpctypes.ErrGRPCLeaseNotFound},
+	{server.ErrLeaseExists, rpctypes.ErrGRPCLeaseExist},
 
 	{auth.ErrRootUserNotExist, rpctypes.ErrGRPCRootUserNotExist},
 	{auth.ErrRootRoleNotExist, rpctypes.ErrGRPCRootRoleNotExist},
