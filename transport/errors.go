@@ -31,6 +31,8 @@ var errTable = []struct {
 	{server.ErrRequestTooLarge, rpctypes.ErrGRPCRequestTooLarge},
 	{server.ErrDowngradeVersionFormat, rpctypes.ErrGRPCWrongDowngradeVersionFormat},
 	{server.ErrDowngradeTarget, rpctypes.ErrGRPCInvalidDowngradeTargetVersion},
+	{server.ErrStreamSortOrder, status.Error(codes.Unimplemented, server.ErrStreamSortOrder.Error())},
+	{server.ErrStreamRevisionFilter, status.Error(codes.Unimplemented, server.ErrStreamRevisionFilter.Error())},
 	{server.ErrUnknownMethod, status.Error(codes.InvalidArgument, "etcdserver: unknown method")},
 	{context.DeadlineExceeded, rpctypes.ErrGRPCTimeout},
 	{server.ErrBadTransferee, rpctypes.ErrGRPCBadLeaderTransferee},
