@@ -414,7 +414,7 @@ func Start(cfg Config) (*Member, error) {
 		ElectionTimeout: cfg.ElectionTimeout,
 		Log:             logger,
 	})
-	m.server = transport.NewServer(m.node, m.request, peers, logger)
+	m.server = transport.NewServer(m.request, peers, logger)
 	m.server.SetWatchProgressNotifyInterval(cfg.WatchProgressNotify)
 	m.node.SetPeerAges(m.server)
 	sched := checkpoint.New(tracker, proposer{m.node}, checkpoint.Config{Tick: cfg.LeaseTick, MaxBatch: cfg.LeaseBatch},
@@ -428,7 +428,7 @@ func Start(cfg Config) (*Member, error) {
 	m.readLeases = readlease.New(readLeaseConfig(cfg, logger), m.node)
 	m.node.AddLeaderService(m.readLeases)
 	m.node.SetGate(m.readLeases)
-	m.server.SetReadLeases(m.readLeases)
+	m.request.SetReadLeases(m.readLeases)
 	if cfg.Metrics != nil {
 		f := m.node.FSM()
 		cfg.Metrics.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "corenode_lease_live", Help: "Live leases."},

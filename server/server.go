@@ -14,6 +14,7 @@ import (
 	"github.com/corenode/corenode/internal/round"
 	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/node"
+	"github.com/corenode/corenode/readlease"
 )
 
 // Peers is how a member that does not lead reaches the leader; the edge
@@ -93,6 +94,7 @@ type Server struct {
 	// linearizable reads.
 	indexRounds *round.Group[uint64]
 	lessor      *lessor.Lessor
+	readLeases  *readlease.Manager
 	logins      *prometheus.CounterVec // nil until RegisterAuthMetrics
 
 	amu     sync.Mutex

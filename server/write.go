@@ -30,6 +30,9 @@ import (
 //     write, as etcd answers a write only once the member serving it
 //     applied it.
 
+// Message is a request or a response the log carries (fsm.Message).
+type Message = fsm.Message
+
 // ErrRequestTooLarge refuses a write larger than --max-request-bytes.
 var ErrRequestTooLarge = fmt.Errorf("server: request is too large")
 

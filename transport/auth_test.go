@@ -4,8 +4,6 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
-
-	"github.com/corenode/corenode/readlease"
 )
 
 // TestMethodRulesCoverTheClientPort: every method the client port serves
@@ -13,7 +11,7 @@ import (
 // and the table names no method the port does not serve.
 func TestMethodRulesCoverTheClientPort(t *testing.T) {
 	g := grpc.NewServer()
-	(&Server{readLeases: &readlease.Manager{}}).Register(g)
+	(&Server{}).Register(g)
 	served := map[string]bool{}
 	for svc, info := range g.GetServiceInfo() {
 		for _, m := range info.Methods {

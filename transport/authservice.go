@@ -6,7 +6,6 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/corenode/corenode/auth"
-	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/server"
 )
 
@@ -17,7 +16,7 @@ type authService struct{ s *Server }
 
 // authResponse is what every Auth service answer is.
 type authResponse interface {
-	fsm.Message
+	server.Message
 	GetHeader() *pb.ResponseHeader
 }
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/corenode/corenode/api/cachepb"
 	"github.com/corenode/corenode/auth"
-	"github.com/corenode/corenode/readlease"
 )
 
 // cacheService is the read-lease cache's edge: the leader serves a session
@@ -23,11 +22,10 @@ type cacheService struct {
 }
 
 // SetReadLeases enables the cache service; call before Register.
-func (s *Server) SetReadLeases(m *readlease.Manager) { s.readLeases = m }
 
 func (c *cacheService) Session(stream cachepb.Cache_SessionServer) error {
 	stream = &checkedSession{Cache_SessionServer: stream, s: c.s}
-	err := serveSession(c.s.readLeases, stream)
+	err := serveSession(c.s.req, stream)
 	if !notLeader(err) {
 		return err
 	}
@@ -43,7 +41,7 @@ func (c *cacheService) Session(stream cachepb.Cache_SessionServer) error {
 // which reaches the new leader. Messages keep their order both ways, which
 // the session's ordering promise needs.
 func (c *cacheService) relay(stream cachepb.Cache_SessionServer) error {
-	changed := c.s.node.LeaderChange()
+	changed := c.s.req.LeaderChange()
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	conn, err := c.s.leaderConn(ctx)

@@ -10,7 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/corenode/corenode/api/cachepb"
-	"github.com/corenode/corenode/readlease"
+
+	"github.com/corenode/corenode/server"
 )
 
 // maxSessionGets bounds the reads one session has in progress on the
@@ -20,12 +21,12 @@ const maxSessionGets = 256
 
 // serveSession carries one cache session on the leader over its stream
 // until the client ends it or the leader's term ends: requests in, to the
-// session (readlease.Session, whose rules decide every answer), and the
+// session (server.CacheSession, whose rules decide every answer), and the
 // session's messages out, in the order it queued them. It returns
-// readlease.ErrNotLeader at once when this member has no leader term
+// server.ErrNotLeader at once when this member has no leader term
 // built, so the caller can relay the session to the leader.
-func serveSession(m *readlease.Manager, stream cachepb.Cache_SessionServer) error {
-	s, err := m.Open(stream.Context())
+func serveSession(req *server.Server, stream cachepb.Cache_SessionServer) error {
+	s, err := req.OpenCacheSession(stream.Context())
 	if err != nil {
 		return err
 	}
@@ -41,7 +42,7 @@ func serveSession(m *readlease.Manager, stream cachepb.Cache_SessionServer) erro
 			if err == io.EOF {
 				// The client ends its session this way only once it
 				// answers nothing from memory any more (client/cache's
-				// Close); see readlease.Session.Release.
+				// Close); see server.CacheSession.Release.
 				s.Release()
 				recvErr <- nil
 				return
@@ -58,7 +59,7 @@ func serveSession(m *readlease.Manager, stream cachepb.Cache_SessionServer) erro
 					recvErr <- ctx.Err()
 					return
 				}
-				g := readlease.Get{ID: r.Get.Id, Key: r.Get.Key, Hits: r.Get.Hits}
+				g := server.CacheGet{ID: r.Get.Id, Key: r.Get.Key, Hits: r.Get.Hits}
 				go func() {
 					defer func() { <-sem }()
 					s.Get(ctx, g)
@@ -74,12 +75,12 @@ func serveSession(m *readlease.Manager, stream cachepb.Cache_SessionServer) erro
 	case err := <-sendErr:
 		return err
 	case <-s.Ended():
-		return readlease.ErrLeaderChanged
+		return server.ErrReadLeaseChanged
 	}
 }
 
 // sendSession sends the session's messages until it ends.
-func sendSession(s *readlease.Session, stream cachepb.Cache_SessionServer) error {
+func sendSession(s *server.CacheSession, stream cachepb.Cache_SessionServer) error {
 	for {
 		msgs, err := s.Next()
 		if err != nil {
@@ -94,7 +95,7 @@ func sendSession(s *readlease.Session, stream cachepb.Cache_SessionServer) error
 }
 
 // sessionResponse is msg on the wire.
-func sessionResponse(msg readlease.Message) *cachepb.SessionResponse {
+func sessionResponse(msg server.CacheMessage) *cachepb.SessionResponse {
 	if inv := msg.Invalidate; inv != nil {
 		return &cachepb.SessionResponse{Msg: &cachepb.SessionResponse_Invalidate{
 			Invalidate: &cachepb.Invalidate{Seq: inv.Seq, Keys: inv.Keys}}}
@@ -120,7 +121,7 @@ func sessionResponse(msg readlease.Message) *cachepb.SessionResponse {
 // lost, the member stopping), which another try may pass: Unavailable, or
 // the context's own code.
 func getStatus(err error) *status.Status {
-	if errors.Is(err, readlease.ErrEmptyKey) {
+	if errors.Is(err, server.ErrCacheEmptyKey) {
 		err = rpctypes.ErrGRPCEmptyKey
 	}
 	if st, ok := status.FromError(err); ok {

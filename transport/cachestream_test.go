@@ -20,6 +20,7 @@ import (
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/readlease"
+	"github.com/corenode/corenode/server"
 )
 
 // cacheHangAfter bounds every wait of these tests; a passing test never
@@ -149,7 +150,7 @@ func leadingManager(t *testing.T) (*readlease.Manager, *leaderNode, func()) {
 
 func serve(m *readlease.Manager, stream *fakeSessionStream) <-chan error {
 	done := make(chan error, 1)
-	go func() { done <- serveSession(m, stream) }()
+	go func() { done <- serveSession(sessions(m), stream) }()
 	return done
 }
 
@@ -157,7 +158,7 @@ func serve(m *readlease.Manager, stream *fakeSessionStream) <-chan error {
 // reads as "relay the session".
 func TestServeSessionWithoutATermIsNotLeader(t *testing.T) {
 	m := readlease.New(readlease.Config{Duration: cacheLease}, &leaderNode{f: fsm.New(nil, nil, nil)})
-	err := serveSession(m, newFakeSessionStream(context.Background()))
+	err := serveSession(sessions(m), newFakeSessionStream(context.Background()))
 	if !errors.Is(err, lessor.ErrNotLeader) || !notLeader(err) {
 		t.Fatalf("serve without a term: %v, want the one not-leader error", err)
 	}
@@ -270,4 +271,11 @@ func TestGetStatus(t *testing.T) {
 			t.Errorf("getStatus(%v) = %v %q, want %v %q", tc.err, st.Code(), st.Message(), tc.code, tc.msg)
 		}
 	}
+}
+
+// sessions is a request layer that serves only m's read-lease sessions.
+func sessions(m *readlease.Manager) *server.Server {
+	s := server.New(nil, nil, nil, server.Config{})
+	s.SetReadLeases(m)
+	return s
 }

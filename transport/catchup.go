@@ -41,7 +41,7 @@ func (s *Server) CatchUpOptions() []grpc.ServerOption {
 
 func (s *Server) awaitCaughtUp(ctx context.Context, method string) error {
 	select {
-	case <-s.node.CaughtUp():
+	case <-s.req.CaughtUp():
 		return nil // every call but the first few: no timer
 	default:
 	}
@@ -50,5 +50,5 @@ func (s *Server) awaitCaughtUp(ctx context.Context, method string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*s.grace)
 	defer cancel()
-	return s.node.AwaitCaughtUp(ctx)
+	return s.req.AwaitCaughtUp(ctx)
 }

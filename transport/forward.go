@@ -55,15 +55,15 @@ func (s *Server) requireLeader(ctx context.Context) (<-chan struct{}, error) {
 	if v := md.Get(rpctypes.MetadataRequireLeaderKey); len(v) == 0 || v[0] != rpctypes.MetadataHasLeader {
 		return nil, nil
 	}
-	if id, _ := s.node.Leader(); id == 0 {
+	if s.req.LeaderID() == 0 {
 		return nil, rpctypes.ErrGRPCNoLeader
 	}
 	lost := make(chan struct{})
 	go func() {
 		for {
 			// Taken before the leader is looked at, so no change is missed.
-			changed := s.node.LeaderChange()
-			if id, _ := s.node.Leader(); id == 0 {
+			changed := s.req.LeaderChange()
+			if s.req.LeaderID() == 0 {
 				t := time.NewTimer(s.grace)
 				select {
 				case <-ctx.Done():
@@ -74,7 +74,7 @@ func (s *Server) requireLeader(ctx context.Context) (<-chan struct{}, error) {
 					continue
 				case <-t.C:
 				}
-				if id, _ := s.node.Leader(); id == 0 {
+				if s.req.LeaderID() == 0 {
 					close(lost)
 					return
 				}

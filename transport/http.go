@@ -72,7 +72,7 @@ func (s *Server) HTTPHandler(metrics prometheus.Gatherer, profiles bool, gateway
 
 // alarm names the first raised alarm whose type is not in exclude, or "".
 func (s *Server) alarm(exclude []string) string {
-	for _, a := range s.node.FSM().Alarms() {
+	for _, a := range s.req.Alarms() {
 		if !slices.Contains(exclude, a.Alarm.String()) {
 			return a.Alarm.String()
 		}
@@ -85,7 +85,7 @@ func (s *Server) alarm(exclude []string) string {
 // its leadership to this member's request.
 func (s *Server) ready(ctx context.Context) error {
 	select {
-	case <-s.node.CaughtUp():
+	case <-s.req.CaughtUp():
 	default:
 		return errGRPCCatchingUp
 	}

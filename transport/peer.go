@@ -87,7 +87,7 @@ func (p *peerService) Members(ctx context.Context, _ *pb.MemberListRequest) (*pb
 }
 
 func (p *peerService) ClusterAge(context.Context, *emptypb.Empty) (*durationpb.Duration, error) {
-	return durationpb.New(p.s.node.ClusterAge()), nil
+	return durationpb.New(p.s.req.ClusterAge()), nil
 }
 
 // ClusterAge asks the member at peer address addr how long it has been

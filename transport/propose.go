@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/server"
 )
 
 // Followers forward writes to the leader over one stream per leader
@@ -175,7 +175,7 @@ func (s *Server) serveProposals(stream grpc.ServerStream) error {
 func encodeAnswer(id uint64, resp any, index uint64, err error) []byte {
 	a := binary.AppendUvarint(nil, id)
 	if err == nil {
-		m, ok := resp.(fsm.Message)
+		m, ok := resp.(server.Message)
 		if !ok {
 			err = fmt.Errorf("transport: applied with %T, which cannot be sent", resp)
 		} else if body, merr := m.Marshal(); merr != nil {

@@ -12,8 +12,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/corenode/corenode/api/cachepb"
-	"github.com/corenode/corenode/node"
-	"github.com/corenode/corenode/readlease"
 	"github.com/corenode/corenode/server"
 )
 
@@ -27,7 +25,6 @@ const forwardedKey = "corenode-forwarded"
 // call, runs it in the request layer (req, kv), maps the error and fills
 // the header.
 type Server struct {
-	node  *node.Node
 	req   *server.Server
 	kv    server.KV
 	peers *PeerClient
@@ -41,14 +38,12 @@ type Server struct {
 	leases      server.Leases
 	cluster     server.Cluster
 	maintenance server.Maintenance
-	readLeases  *readlease.Manager
 }
 
-// NewServer returns the services of member n, whose requests req runs and
-// whose peer-port client is peers.
-func NewServer(n *node.Node, req *server.Server, peers *PeerClient, logger *slog.Logger) *Server {
+// NewServer returns the services of the member whose requests req runs
+// and whose peer-port client is peers.
+func NewServer(req *server.Server, peers *PeerClient, logger *slog.Logger) *Server {
 	return &Server{
-		node:             n,
 		req:              req,
 		kv:               req,
 		leases:           req,
@@ -69,9 +64,7 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterClusterServer(g, &clusterService{s})
 	pb.RegisterMaintenanceServer(g, &maintenanceService{s})
 	pb.RegisterLeaseServer(g, &leaseService{s})
-	if s.readLeases != nil {
-		cachepb.RegisterCacheServer(g, &cacheService{s: s})
-	}
+	cachepb.RegisterCacheServer(g, &cacheService{s: s})
 	pb.RegisterAuthServer(g, &authService{s})
 }
 
@@ -89,7 +82,7 @@ func (s *Server) Close() {
 // header fills a response header as etcd does: this member's view.
 func (s *Server) header(h *pb.ResponseHeader) *pb.ResponseHeader {
 	if h == nil {
-		h = &pb.ResponseHeader{Revision: s.node.Store().Rev()}
+		h = &pb.ResponseHeader{Revision: s.req.Rev()}
 	}
 	v := s.headerOf(h.Revision)
 	h.ClusterId, h.MemberId, h.RaftTerm = v.cluster, v.member, v.term
@@ -99,7 +92,8 @@ func (s *Server) header(h *pb.ResponseHeader) *pb.ResponseHeader {
 // headerOf is the header of a response at revision rev, as a comparable
 // value (the watch encoder keys its cache on it).
 func (s *Server) headerOf(rev int64) header {
-	return header{cluster: s.node.ClusterID(), member: s.node.ID(), term: s.node.Term(), rev: rev}
+	cluster, member, term := s.req.HeaderOf(rev)
+	return header{cluster: cluster, member: member, term: term, rev: rev}
 }
 
 func (s *Server) withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {

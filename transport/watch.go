@@ -13,7 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
 	"github.com/corenode/corenode/auth"
-	"github.com/corenode/corenode/kv"
+
+	"github.com/corenode/corenode/server"
 )
 
 // watchBuffer is how many responses a stream queues before its slowest
@@ -38,13 +39,13 @@ func (s *Server) SetWatchProgressNotifyInterval(d time.Duration) {
 
 type watchService struct{ s *Server }
 
-// watchStream is one client Watch stream and the kv.Sink of its watchers.
+// watchStream is one client Watch stream and the server.Sink of its watchers.
 //
 // Three goroutines touch it: the gRPC receive loop (Watch), the send loop,
 // and whichever goroutine applies writes (Deliver, under the store's lock).
 type watchStream struct {
 	s      *Server
-	store  *kv.Store
+	store  server.Watchable
 	stream pb.Watch_WatchServer
 	out    chan *watchOut
 	kick   chan struct{}
@@ -54,8 +55,8 @@ type watchStream struct {
 
 	mu       sync.Mutex
 	nextID   int64
-	watchers map[kv.WatchID]*watchState
-	unsynced map[kv.WatchID]struct{}
+	watchers map[server.WatchID]*watchState
+	unsynced map[server.WatchID]struct{}
 
 	// pmu serializes progress rounds; tick is true during a periodic round,
 	// read by Deliver which runs synchronously inside Store.Progress.
@@ -75,13 +76,13 @@ func (w *watchService) Watch(stream pb.Watch_WatchServer) error {
 	}
 	ws := &watchStream{
 		s:        w.s,
-		store:    w.s.node.Store(),
+		store:    w.s.req.Watchable(),
 		stream:   stream,
 		out:      make(chan *watchOut, watchBuffer),
 		kick:     make(chan struct{}, 1),
 		room:     make(chan struct{}, 1),
-		watchers: map[kv.WatchID]*watchState{},
-		unsynced: map[kv.WatchID]struct{}{},
+		watchers: map[server.WatchID]*watchState{},
+		unsynced: map[server.WatchID]struct{}{},
 	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
@@ -128,8 +129,8 @@ func (ws *watchStream) header(rev int64) *pb.ResponseHeader {
 	return ws.s.header(&pb.ResponseHeader{Revision: rev})
 }
 
-// Deliver implements kv.Sink. It runs under the store's lock and never blocks.
-func (ws *watchStream) Deliver(id kv.WatchID, rev int64, events []*mvccpb.Event) bool {
+// Deliver implements server.Sink. It runs under the store's lock and never blocks.
+func (ws *watchStream) Deliver(id server.WatchID, rev int64, events []*mvccpb.Event) bool {
 	ws.mu.Lock()
 	st := ws.watchers[id]
 	ws.mu.Unlock()
@@ -157,10 +158,10 @@ func (ws *watchStream) Deliver(id kv.WatchID, rev int64, events []*mvccpb.Event)
 	}
 }
 
-// Canceled implements kv.CanceledSink: a snapshot restore left a watcher
+// Canceled implements server.CanceledSink: a snapshot restore left a watcher
 // with history it can no longer continue. It runs under the store's lock, so
 // it must not block: the notice goes out from a goroutine if the queue is full.
-func (ws *watchStream) Canceled(id kv.WatchID, compactRev int64) {
+func (ws *watchStream) Canceled(id server.WatchID, compactRev int64) {
 	ws.forget(id)
 	resp := &pb.WatchResponse{Header: ws.header(compactRev), WatchId: int64(id), CompactRevision: compactRev, Canceled: true}
 	select {
@@ -170,7 +171,7 @@ func (ws *watchStream) Canceled(id kv.WatchID, compactRev int64) {
 	}
 }
 
-var _ kv.CanceledSink = (*watchStream)(nil)
+var _ server.CanceledSink = (*watchStream)(nil)
 
 func (ws *watchStream) sendLoop(ctx context.Context) error {
 	var enc watchEncoder
@@ -221,7 +222,7 @@ func (ws *watchStream) resyncLoop(ctx context.Context) {
 				}
 			}
 			ws.mu.Lock()
-			ids := make([]kv.WatchID, 0, len(ws.unsynced))
+			ids := make([]server.WatchID, 0, len(ws.unsynced))
 			for id := range ws.unsynced {
 				ids = append(ids, id)
 			}
@@ -231,7 +232,7 @@ func (ws *watchStream) resyncLoop(ctx context.Context) {
 				break
 			}
 			for _, id := range ids {
-				if err := ws.store.Resync(ws, id); errors.Is(err, kv.ErrCompacted) {
+				if err := ws.store.Resync(ws, id); errors.Is(err, server.ErrCompacted) {
 					ws.forget(id)
 					ws.enqueue(ctx, &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: int64(id),
 						CompactRevision: ws.store.CompactRev(), Canceled: true})
@@ -265,7 +266,7 @@ func (ws *watchStream) enqueue(ctx context.Context, resp *pb.WatchResponse) {
 	}
 }
 
-func (ws *watchStream) forget(id kv.WatchID) {
+func (ws *watchStream) forget(id server.WatchID) {
 	ws.mu.Lock()
 	delete(ws.watchers, id)
 	delete(ws.unsynced, id)
@@ -274,7 +275,7 @@ func (ws *watchStream) forget(id kv.WatchID) {
 
 func (ws *watchStream) cancelAll() {
 	ws.mu.Lock()
-	ids := make([]kv.WatchID, 0, len(ws.watchers))
+	ids := make([]server.WatchID, 0, len(ws.watchers))
 	for id := range ws.watchers {
 		ids = append(ids, id)
 	}
@@ -294,7 +295,7 @@ func (ws *watchStream) recvLoop(ctx context.Context) error {
 		case *pb.WatchRequest_CreateRequest:
 			ws.create(ctx, u.CreateRequest)
 		case *pb.WatchRequest_CancelRequest:
-			id := kv.WatchID(u.CancelRequest.WatchId)
+			id := server.WatchID(u.CancelRequest.WatchId)
 			ws.mu.Lock()
 			_, ok := ws.watchers[id]
 			ws.mu.Unlock()
@@ -316,16 +317,16 @@ func (ws *watchStream) create(ctx context.Context, r *pb.WatchCreateRequest) {
 		return
 	}
 	ws.mu.Lock()
-	id := kv.WatchID(r.WatchId)
+	id := server.WatchID(r.WatchId)
 	if r.WatchId == 0 {
 		// Like etcd, automatic IDs count up from zero per stream.
 		for {
-			if _, used := ws.watchers[kv.WatchID(ws.nextID)]; !used {
+			if _, used := ws.watchers[server.WatchID(ws.nextID)]; !used {
 				break
 			}
 			ws.nextID++
 		}
-		id = kv.WatchID(ws.nextID)
+		id = server.WatchID(ws.nextID)
 		ws.nextID++
 	} else if _, used := ws.watchers[id]; used {
 		ws.mu.Unlock()
@@ -340,7 +341,7 @@ func (ws *watchStream) create(ctx context.Context, r *pb.WatchCreateRequest) {
 			Created: true, Canceled: true, CancelReason: err.Error()})
 		return
 	}
-	if err := kv.ValidateWatch(r.Key, r.RangeEnd, r.StartRevision); err != nil {
+	if err := server.ValidateWatch(r.Key, r.RangeEnd, r.StartRevision); err != nil {
 		ws.mu.Unlock()
 		ws.enqueue(ctx, &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: -1,
 			Created: true, Canceled: true, CancelReason: rpctypes.ErrorDesc(mapErr(ctx, err))})
@@ -352,7 +353,7 @@ func (ws *watchStream) create(ctx context.Context, r *pb.WatchCreateRequest) {
 	// The created response goes first; history and live events follow it
 	// through the same queue, so the client sees them in order.
 	ws.enqueue(ctx, &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: int64(id), Created: true})
-	wr := kv.WatchRequest{ID: id, Key: r.Key, RangeEnd: r.RangeEnd, StartRev: r.StartRevision, PrevKV: r.PrevKv, Sink: ws}
+	wr := server.WatchRequest{ID: id, Key: r.Key, RangeEnd: r.RangeEnd, StartRev: r.StartRevision, PrevKV: r.PrevKv, Sink: ws}
 	for _, f := range r.Filters {
 		switch f {
 		case pb.WatchCreateRequest_NOPUT:
@@ -364,7 +365,7 @@ func (ws *watchStream) create(ctx context.Context, r *pb.WatchCreateRequest) {
 	if err := ws.store.Watch(wr); err != nil {
 		ws.forget(id)
 		resp := &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: int64(id), Canceled: true}
-		if errors.Is(err, kv.ErrCompacted) {
+		if errors.Is(err, server.ErrCompacted) {
 			// As etcd: the compact revision says why, and no reason is given.
 			resp.CompactRevision = ws.store.CompactRev()
 		} else {
