@@ -772,3 +772,26 @@ func TestDowngradeAndStatusVersions(t *testing.T) {
 		t.Fatalf("status: %+v, %v", s, err)
 	}
 }
+
+// TestRemoveLeaderThroughItself: a client of the leader alone removes the
+// leader. The leader must answer before it stops, which the binary does as
+// soon as it learns it was removed (within its 2 s graceful stop), so the
+// answer cannot wait for a leader it will never know again; etcdctl
+// member remove of the leader's own endpoint (scripts/local-cluster remove)
+// saw "transport is closing" when it did.
+func TestRemoveLeaderThroughItself(t *testing.T) {
+	c := membertest.New(t, 3)
+	leader := c.WaitLeader()
+	id := c.Members[leader].ID()
+	ctx, cancel := context.WithTimeout(ctxT(t), 2*time.Second)
+	defer cancel()
+	resp, err := c.Client(leader).MemberRemove(ctx, id)
+	if err != nil {
+		t.Fatalf("the leader removing itself did not answer before it would stop: %v", err)
+	}
+	for _, m := range resp.Members {
+		if m.ID == id {
+			t.Fatalf("the answer still lists the removed leader: %v", resp.Members)
+		}
+	}
+}

@@ -84,6 +84,14 @@ func (s *Server) MemberRemove(ctx context.Context, r *pb.MemberRemoveRequest) (*
 	if err != nil {
 		return nil, err
 	}
+	if r.ID == s.node.ID() {
+		// This member left: it has no leader to ask any more, and stops
+		// once this answer is out (a linearizable list would wait for a
+		// leader until the member's stop cut the call off). As etcd's,
+		// the answer is its last view.
+		ms, _ := s.node.Members()
+		return &pb.MemberRemoveResponse{Members: ms}, nil
+	}
 	return &pb.MemberRemoveResponse{Members: s.membersAfterChange(ctx)}, nil
 }
 
