@@ -25,6 +25,7 @@ import (
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/internal/round"
 	"github.com/corenode/corenode/kv"
+	"github.com/corenode/corenode/logstore"
 )
 
 // Config configures one member.
@@ -78,13 +79,14 @@ type Config struct {
 	SnapshotCount uint64
 	// SnapshotInterval is how often raft checks SnapshotCount.
 	SnapshotInterval time.Duration
-	// LogStore names the raft log store: LogStoreWAL or LogStoreBoltDB. An
-	// existing data dir keeps the store it holds and refuses another by
-	// name (MismatchError); empty means that store, or DefaultLogStore in a
-	// new data dir.
+	// LogStore names the raft log store: logstore.WAL or logstore.BoltDB.
+	// An existing data dir keeps the store it holds and refuses another by
+	// name (logstore.MismatchError); empty means that store, or
+	// logstore.Default in a new data dir.
 	LogStore string
 	// StorageProbeInterval is how often a member that cannot persist its
-	// raft state (a full disk) tries the disk again; zero means 1 s.
+	// raft state (a full disk) tries the disk again (logstore's Probe);
+	// zero means 1 s.
 	StorageProbeInterval time.Duration
 	// LogVerifyInterval is how often the leader appends a log verification
 	// checkpoint (logverify.go); zero means DefaultLogVerifyInterval.
@@ -123,22 +125,19 @@ type TermProber interface {
 
 // Node is one running member.
 type Node struct {
-	cfg   Config
-	log   *slog.Logger
-	fsm   *fsm.FSM
-	raft  *raft.Raft
-	store *reopenableStore
-	// storeKind is the store this member opened (LogStoreWAL or LogStoreBoltDB).
-	storeKind string
-	snaps     *snapshotStore
-	logs      raft.LogStore
-	// verifier checks the log against the leader's checkpoints (logverify.go).
-	verifier *verifiedLog
+	cfg  Config
+	log  *slog.Logger
+	fsm  *fsm.FSM
+	raft *raft.Raft
+	// store is the raft log and stable store; health says whether it can
+	// be written (package logstore).
+	store  *logstore.Store
+	health *logstore.Health
+	snaps  *snapshotStore
+	logs   raft.LogStore
+	// verifier checks the log against the leader's checkpoints (logstore/verify.go).
+	verifier *logstore.Verifier
 	repl     *replication
-	// storage says whether the raft state can be written (storage.go).
-	storage storageState
-	// ticker paces the storage probe; tests replace it.
-	ticker func(time.Duration) (<-chan time.Time, func())
 	// metrics are always collected; cfg.Metrics decides whether anyone sees them.
 	metrics *metrics
 	obs     *raft.Observer
@@ -207,9 +206,6 @@ func New(cfg Config) (*Node, error) {
 	if cfg.SnapshotInterval == 0 {
 		cfg.SnapshotInterval = 30 * time.Second
 	}
-	if cfg.StorageProbeInterval == 0 {
-		cfg.StorageProbeInterval = defaultStorageProbeInterval
-	}
 	if cfg.LogVerifyInterval == 0 {
 		cfg.LogVerifyInterval = DefaultLogVerifyInterval
 	}
@@ -217,25 +213,15 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger, cfg.LeaseObserver, cfg.Auth), stop: make(chan struct{}), metrics: newMetrics(),
-		removed: make(chan struct{}), ticker: systemTicker}
+		removed: make(chan struct{})}
 	n.confirmRounds = round.New(func() (struct{}, error) { return struct{}{}, n.verifyOnce() })
 
-	kind, err := chooseLogStore(cfg.DataDir, cfg.LogStore)
+	stores, err := logstore.Open(logstore.Config{DataDir: cfg.DataDir, Kind: cfg.LogStore, ID: cfg.ID, Logger: cfg.Logger,
+		WALLogger: raftLogger(cfg, "wal"), ProbeInterval: cfg.StorageProbeInterval})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	stores, err := openLogStore(cfg.DataDir, kind, raftLogger(cfg, "wal"))
-	if err != nil {
-		if c := (*CorruptLogError)(nil); errors.As(err, &c) {
-			c.ID = cfg.ID
-			return nil, fmt.Errorf("node: %w", c)
-		}
-		return nil, fmt.Errorf("node: open %s raft log in %s: %w", kind, cfg.DataDir, err)
-	}
-	n.store = &reopenableStore{store: stores, open: func() (logStore, error) {
-		return openLogStore(cfg.DataDir, kind, raftLogger(cfg, "wal"))
-	}}
-	n.storeKind = kind
+	n.store, n.health = stores, stores.Health()
 	snaps, err := openSnapshots(cfg.DataDir, 2, cfg.Logger)
 	if err != nil {
 		stores.Close()
@@ -244,7 +230,7 @@ func New(cfg Config) (*Node, error) {
 	n.snaps = snaps
 	if err := checkSnapshotCoversLog(stores, snaps); err != nil {
 		stores.Close()
-		return nil, fmt.Errorf("node: %w", &CorruptLogError{DataDir: cfg.DataDir, Store: kind, ID: cfg.ID, Err: err})
+		return nil, fmt.Errorf("node: %w", &logstore.CorruptError{DataDir: cfg.DataDir, Store: stores.Kind(), ID: cfg.ID, Err: err})
 	}
 	has, err := raft.HasExistingState(stores, stores, snaps)
 	if err != nil {
@@ -264,7 +250,7 @@ func New(cfg Config) (*Node, error) {
 		n.log.Info("this member's ID is the one its data dir keeps or the cluster gave it", "id", fmt.Sprintf("%x", id))
 	}
 	n.cfg.ID, cfg.ID = id, id
-	n.verifier = n.newVerifiedLog(timedLogStore{n.store, n.metrics.fsync})
+	n.verifier = stores.Verifier(id)
 	logs, err := raft.NewLogCache(1024, n.verifier)
 	n.logs = logs
 	if err != nil {
@@ -273,11 +259,11 @@ func New(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: log cache: %w", err)
 	}
 	// raft writes through these, so that a failed write marks the member
-	// unable to persist (storage.go); n.logs, for reads, skips them.
-	raftLogs := guardedLog{LogStore: logs, s: &n.storage, log: cfg.Logger}
-	stable := &guardedStable{StableStore: n.store, s: &n.storage, log: cfg.Logger, stop: n.stop}
+	// unable to persist (logstore.Health); n.logs, for reads, skips them.
+	raftLogs := n.health.Guard(logs)
+	stable := n.health.Stable(stores, n.stop)
 
-	n.repl = newReplication(cfg.Transport, &n.storage)
+	n.repl = newReplication(cfg.Transport, n.health)
 	notify := make(chan bool, 16)
 	rc := raftConfig(cfg, notify)
 
@@ -310,16 +296,15 @@ func New(cfg Config) (*Node, error) {
 		n.repl.watchAnswers.Store(true)
 	}
 	// From here on raft's main goroutine may write its term, which must
-	// not fail (guardedStable).
-	stable.running.Store(true)
+	// not fail (logstore.Stable).
+	stable.Running()
 	r, err := raft.NewRaft(rc, n.fsm, raftLogs, stable, snaps, n.repl)
 	if err != nil {
 		n.verifier.Close()
 		stores.Close()
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}
-	campaigning := func() bool { return r.State() == raft.Candidate }
-	stable.candidate.Store(&campaigning)
+	stable.Campaigning(func() bool { return r.State() == raft.Candidate })
 	n.raft = r
 	n.services = append(n.services, checkpointer{n}, promoter{n})
 	n.prober = heartbeatProber{n}
@@ -362,7 +347,10 @@ func (n *Node) Start() {
 		go n.watchLeadership(n.notify)
 		go n.watchRemoval()
 		go n.followLeader(n.obsCh)
-		go n.probeStorage()
+		go func() {
+			defer n.done.Done()
+			n.store.Probe(n.stop)
+		}()
 		if n.start.index > 0 {
 			n.done.Add(1)
 			go n.awaitCatchUp(n.start)
@@ -370,9 +358,9 @@ func (n *Node) Start() {
 	})
 }
 
-// LogStore is the log store this member opened (LogStoreWAL or
-// LogStoreBoltDB), which its data dir now keeps.
-func (n *Node) LogStore() string { return n.storeKind }
+// LogStore is the log store this member opened (logstore.WAL or
+// logstore.BoltDB), which its data dir now keeps.
+func (n *Node) LogStore() string { return n.store.Kind() }
 
 // Close stops raft and closes the stores. If this member leads, it first
 // tries to hand leadership over so clients see no election timeout.
