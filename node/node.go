@@ -1,109 +1,21 @@
-// Package node is the composition root of one corenode member: it owns the
-// raft.Raft instance and its stores, the FSM, the single proposal pipeline,
-// the reaction to leadership changes, and the linearizable-read barrier.
-//
-// Everything that changes replicated state goes through Propose, so gates
-// that must see every write (such as read leases, later) have one place to
-// live.
 package node
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/internal/round"
 	"github.com/corenode/corenode/kv"
 	"github.com/corenode/corenode/logstore"
 )
-
-// Config configures one member.
-type Config struct {
-	Name    string
-	DataDir string
-	// ID is this member's ID (see MemberID) unless its data dir keeps
-	// another, or ResolveID gives one.
-	ID uint64
-	// ResolveID, when set, is asked for this member's ID when its data dir
-	// holds no raft state and it joins a running cluster (Bootstrap false):
-	// a member added with etcdctl member add learns the ID the cluster
-	// gave it by its peer URLs. It may block on the network; an error
-	// stops New.
-	ResolveID func() (uint64, error)
-	// PeerURLs are this member's advertised peer URLs; the first one's host:port
-	// is its raft address.
-	PeerURLs   []string
-	ClientURLs []string
-	// Transport carries raft RPCs between members.
-	Transport raft.Transport
-	// Bootstrap, when the data dir holds no raft state, starts a new cluster
-	// with InitialMembers (every initial member bootstraps with the same list).
-	// Without it the member waits to be added by an existing cluster.
-	Bootstrap      bool
-	InitialMembers []raft.Server
-	// InitialMembersErr says why InitialMembers could not be made; New
-	// fails with it only when it would bootstrap.
-	InitialMembersErr error
-	// ClusterToken salts the IDs of members this member adds as leader
-	// (--initial-cluster-token).
-	ClusterToken string
-	// StrictReconfigCheck refuses membership changes that could cost the
-	// cluster its quorum, as etcd's --strict-reconfig-check (reconfig.go).
-	StrictReconfigCheck bool
-	// MaxLearners bounds the learners in the cluster (etcd's
-	// --max-learners); zero means DefaultMaxLearners.
-	MaxLearners int
-
-	HeartbeatInterval time.Duration
-	ElectionTimeout   time.Duration
-	// CommitNotify is hashicorp/raft's CommitTimeout: how often a leader
-	// with nothing new to send still sends every follower an empty append
-	// (randomized up to twice that). Followers learn of new commits from
-	// the leader's commit notifier within about a millisecond (see
-	// tellCommits), so this is only the fallback, and what an idle
-	// cluster spends its CPU on. Zero means 50 ms.
-	CommitNotify time.Duration
-	// SnapshotCount is the number of applied entries that triggers a snapshot
-	// and log truncation.
-	SnapshotCount uint64
-	// SnapshotInterval is how often raft checks SnapshotCount.
-	SnapshotInterval time.Duration
-	// LogStore names the raft log store: logstore.WAL or logstore.BoltDB.
-	// An existing data dir keeps the store it holds and refuses another by
-	// name (logstore.MismatchError); empty means that store, or
-	// logstore.Default in a new data dir.
-	LogStore string
-	// StorageProbeInterval is how often a member that cannot persist its
-	// raft state (a full disk) tries the disk again (logstore's Probe);
-	// zero means 1 s.
-	StorageProbeInterval time.Duration
-	// LogVerifyInterval is how often the leader appends a log verification
-	// checkpoint (logverify.go); zero means DefaultLogVerifyInterval.
-	LogVerifyInterval time.Duration
-
-	Logger *slog.Logger
-	// RaftLog receives hashicorp/raft's own warnings; nil means stderr.
-	RaftLog io.Writer
-	// LeaseObserver hears lease grants and removals as they apply (the
-	// leader's expiry tracker).
-	LeaseObserver fsm.LeaseObserver
-	// Auth is the member's auth state (its local token TTL, clock and
-	// bcrypt cost); nil means auth.Config's defaults.
-	Auth *auth.Store
-	// Metrics, when set, registers the member's raft, proposal and disk series.
-	Metrics prometheus.Registerer
-}
 
 // TermProber asks another member for its current raft term, the seam
 // through which a leader confirms it still leads (see ReadBarrier).
@@ -123,7 +35,8 @@ type TermProber interface {
 	Term(ctx context.Context, addr raft.ServerAddress) (uint64, error)
 }
 
-// Node is one running member.
+// Node is one running member's raft: the raft.Raft instance over its log
+// store and FSM, its proposals, leadership and membership.
 type Node struct {
 	cfg  Config
 	log  *slog.Logger
@@ -187,28 +100,8 @@ type Node struct {
 }
 
 // New opens the data dir, restores state and starts raft.
-func New(cfg Config) (*Node, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.HeartbeatInterval == 0 {
-		cfg.HeartbeatInterval = 100 * time.Millisecond
-	}
-	if cfg.ElectionTimeout == 0 {
-		cfg.ElectionTimeout = time.Second
-	}
-	if cfg.CommitNotify == 0 {
-		cfg.CommitNotify = 50 * time.Millisecond
-	}
-	if cfg.SnapshotCount == 0 {
-		cfg.SnapshotCount = 10000
-	}
-	if cfg.SnapshotInterval == 0 {
-		cfg.SnapshotInterval = 30 * time.Second
-	}
-	if cfg.LogVerifyInterval == 0 {
-		cfg.LogVerifyInterval = DefaultLogVerifyInterval
-	}
+func New(cfg Config) (_ *Node, err error) {
+	cfg = cfg.withDefaults()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
@@ -216,52 +109,57 @@ func New(cfg Config) (*Node, error) {
 		removed: make(chan struct{})}
 	n.confirmRounds = round.New(func() (struct{}, error) { return struct{}{}, n.verifyOnce() })
 
-	stores, err := logstore.Open(logstore.Config{DataDir: cfg.DataDir, Kind: cfg.LogStore, ID: cfg.ID, Logger: cfg.Logger,
+	store, err := logstore.Open(logstore.Config{DataDir: cfg.DataDir, Kind: cfg.LogStore, ID: cfg.ID, Logger: cfg.Logger,
 		WALLogger: raftLogger(cfg, "wal"), ProbeInterval: cfg.StorageProbeInterval})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	n.store, n.health = stores, stores.Health()
+	// Until New returns the node, a failure undoes what it opened and
+	// started, the latest first.
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
+		}
+	}()
+	undo = append(undo, func() { store.Close() })
+	n.store, n.health = store, store.Health()
 	snaps, err := openSnapshots(cfg.DataDir, 2, cfg.Logger)
 	if err != nil {
-		stores.Close()
 		return nil, fmt.Errorf("node: open snapshot store: %w", err)
 	}
 	n.snaps = snaps
-	if err := checkSnapshotCoversLog(stores, snaps); err != nil {
-		stores.Close()
-		return nil, fmt.Errorf("node: %w", &logstore.CorruptError{DataDir: cfg.DataDir, Store: stores.Kind(), ID: cfg.ID, Err: err})
+	if err := checkSnapshotCoversLog(store, snaps); err != nil {
+		return nil, fmt.Errorf("node: %w", &logstore.CorruptError{DataDir: cfg.DataDir, Store: store.Kind(), ID: cfg.ID, Err: err})
 	}
-	has, err := raft.HasExistingState(stores, stores, snaps)
+	has, err := raft.HasExistingState(store, store, snaps)
 	if err != nil {
-		stores.Close()
 		return nil, fmt.Errorf("node: inspect raft state: %w", err)
 	}
 	if cfg.Bootstrap && !has && cfg.InitialMembersErr != nil {
-		stores.Close()
 		return nil, cfg.InitialMembersErr
 	}
-	id, err := settleID(n.store, has, cfg)
+	id, err := settleID(store, has, cfg)
 	if err != nil {
-		stores.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	if id != cfg.ID {
 		n.log.Info("this member's ID is the one its data dir keeps or the cluster gave it", "id", fmt.Sprintf("%x", id))
 	}
 	n.cfg.ID, cfg.ID = id, id
-	n.verifier = stores.Verifier(id)
+	n.verifier = store.Verifier(id)
+	undo = append(undo, n.verifier.Close)
 	logs, err := raft.NewLogCache(1024, n.verifier)
 	n.logs = logs
 	if err != nil {
-		n.verifier.Close()
-		stores.Close()
 		return nil, fmt.Errorf("node: log cache: %w", err)
 	}
 	// raft writes through these, so that a failed write marks the member
 	// unable to persist (logstore.Health); n.logs, for reads, skips them.
 	raftLogs := n.health.Guard(logs)
-	stable := n.health.Stable(stores, n.stop)
+	stable := n.health.Stable(store, n.stop)
 
 	n.repl = newReplication(cfg.Transport, n.health)
 	notify := make(chan bool, 16)
@@ -270,8 +168,6 @@ func New(cfg Config) (*Node, error) {
 	if cfg.Bootstrap && !has {
 		if err := raft.BootstrapCluster(rc, raftLogs, stable, snaps, n.repl,
 			raft.Configuration{Servers: cfg.InitialMembers}); err != nil {
-			n.verifier.Close()
-			stores.Close()
 			return nil, fmt.Errorf("node: bootstrap: %w", err)
 		}
 		n.log.Info("bootstrapped new cluster", "members", len(cfg.InitialMembers))
@@ -280,8 +176,6 @@ func New(cfg Config) (*Node, error) {
 	// After a bootstrap (its configuration is entry 1), before raft starts
 	// (a leader's appends may reach it at once).
 	if n.start, err = lastEntry(n.logs); err != nil {
-		n.verifier.Close()
-		stores.Close()
 		return nil, fmt.Errorf("node: read the log's last entry: %w", err)
 	}
 	if n.start.index == 0 {
@@ -300,10 +194,9 @@ func New(cfg Config) (*Node, error) {
 	stable.Running()
 	r, err := raft.NewRaft(rc, n.fsm, raftLogs, stable, snaps, n.repl)
 	if err != nil {
-		n.verifier.Close()
-		stores.Close()
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}
+	undo = append(undo, func() { r.Shutdown() })
 	stable.Campaigning(func() bool { return r.State() == raft.Candidate })
 	n.raft = r
 	n.services = append(n.services, checkpointer{n}, promoter{n})
@@ -312,9 +205,6 @@ func New(cfg Config) (*Node, error) {
 	in, known := n.inConfiguration()
 	n.joined.Store(in && known)
 	if known && !in {
-		r.Shutdown()
-		n.verifier.Close()
-		stores.Close()
 		return nil, ErrRemoved
 	}
 	// Observations only wake the notifier, which then reads the leader from
