@@ -56,8 +56,8 @@
 //
 // # Concurrency, as hashicorp/raft 1.7 uses the store
 //
-// Every method of Store, Verifier and the guarded stores may be called
-// from any goroutine at once; raft relies on it:
+// Every method of Store, Health and Stable may be called from any
+// goroutine at once. raft calls its stores so:
 //   - raft's main goroutine appends (StoreLogs: a leader's dispatchLogs, a
 //     follower's appendEntries), removes the tail (DeleteRange up to the
 //     last index: a follower's conflicting entries) and, after installing
@@ -71,14 +71,15 @@
 //   - the member's own goroutines read entries through raft's log cache.
 //
 // So appends and tail removals come from one goroutine at a time and never
-// race each other; head removal and reads may run beside them. A Verifier
-// relies on that ordering (it swaps its sums only at a tail removal); the
-// wal's last-index record orders its writes with truncations under a lock
-// of its own.
+// race each other; head removal and reads may run beside them. A Verifier,
+// and the log store Guard returns, need no more than that: a Verifier swaps
+// its sums at a tail removal, which no append can race. The wal's
+// last-index record orders its writes with head and tail removals under a
+// lock of its own.
 //
-// Every index is above zero; FirstIndex and LastIndex are 0 for
-// an empty log. GetLog returns raft.ErrLogNotFound for an index the log
-// does not hold. StoreLogs takes entries contiguous with the last one (the
+// Every index is above zero; FirstIndex and LastIndex are 0 for an empty
+// log. GetLog returns raft.ErrLogNotFound for an index the log does not
+// hold. StoreLogs takes entries contiguous with the last one (the
 // wal refuses a gap; IsMonotonic says so through every wrapper, and raft
 // then clears the log after a snapshot instead of leaving a gap). The
 // stable store's keys are raft's (CurrentTerm, LastVoteTerm, LastVoteCand)

@@ -101,9 +101,9 @@ func (e *CorruptError) Unwrap() error { return e.Err }
 // errStoreLocked is a log store another process has open.
 var errStoreLocked = errors.New("another process holds it (is a member already running on this data dir?)")
 
-// held reports which store dataDir holds: "" for none (a new or
+// heldStore reports which store dataDir holds: "" for none (a new or
 // restored-from-snapshot-only data dir).
-func held(dataDir string) (string, error) {
+func heldStore(dataDir string) (string, error) {
 	var held []string
 	for _, s := range []struct{ kind, path string }{{BoltDB, boltFile}, {WAL, walDir}} {
 		if _, err := os.Stat(filepath.Join(dataDir, s.path)); err == nil {
@@ -132,7 +132,7 @@ func choose(dataDir, asked string) (string, error) {
 	default:
 		return "", fmt.Errorf("unknown log store %q (have %s, %s)", asked, WAL, BoltDB)
 	}
-	held, err := held(dataDir)
+	held, err := heldStore(dataDir)
 	if err != nil {
 		return "", err
 	}
