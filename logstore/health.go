@@ -12,8 +12,8 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// ErrCannotPersist is the error a write to the raft log or stable store
-// fails with once Health has seen it fail; Health.Err wraps it while the
+// ErrCannotPersist is wrapped by every error of a raft log or stable store
+// write that failed through Guard or Stable, and by Health.Err while the
 // member cannot persist.
 var ErrCannotPersist = errors.New("logstore: cannot persist raft state")
 
