@@ -14,9 +14,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/corenode/corenode/logstore"
 	"github.com/corenode/corenode/member"
 	"github.com/corenode/corenode/member/membertest"
-	"github.com/corenode/corenode/node"
 )
 
 // startOn starts member i of c on its data dir with listeners of its own
@@ -49,7 +49,7 @@ func startOn(t *testing.T, c *membertest.Cluster, i int, edit func(*member.Confi
 // that says what is damaged and what to do, instead of serving the changed
 // value (or panicking in raft).
 func TestDamagedWALStopsMember(t *testing.T) {
-	c := membertest.New(t, 3, membertest.WithConfig(func(_ int, cfg *member.Config) { cfg.LogStore = node.LogStoreWAL }))
+	c := membertest.New(t, 3, membertest.WithConfig(func(_ int, cfg *member.Config) { cfg.LogStore = logstore.WAL }))
 	cli := c.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -103,28 +103,28 @@ func TestDamagedWALStopsMember(t *testing.T) {
 // the other: the data dir keeps the store it was created with, and the
 // error names both and what to do.
 func TestLogStoreMismatchIsRefused(t *testing.T) {
-	stores := []string{node.LogStoreBoltDB, node.LogStoreWAL, ""}
+	stores := []string{logstore.BoltDB, logstore.WAL, ""}
 	c := membertest.New(t, 3, membertest.WithConfig(func(i int, cfg *member.Config) { cfg.LogStore = stores[i] }))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if _, err := c.Client().Put(ctx, "k", "v"); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{node.LogStoreBoltDB, node.LogStoreWAL, node.DefaultLogStore}
+	want := []string{logstore.BoltDB, logstore.WAL, logstore.Default}
 	for i := range 3 {
 		if got := c.Members[i].Node().LogStore(); got != want[i] {
 			t.Errorf("member %d asked for %q opened %q, want %q", i, stores[i], got, want[i])
 		}
 	}
 	for _, i := range []int{0, 1} {
-		other := map[string]string{node.LogStoreBoltDB: node.LogStoreWAL, node.LogStoreWAL: node.LogStoreBoltDB}[want[i]]
+		other := map[string]string{logstore.BoltDB: logstore.WAL, logstore.WAL: logstore.BoltDB}[want[i]]
 		c.Stop(i)
 		m, err := startOn(t, c, i, func(cfg *member.Config) { cfg.LogStore = other })
 		if err == nil {
 			m.Close()
 			t.Fatalf("member %d holding %s started with %s", i, want[i], other)
 		}
-		var mismatch *node.MismatchError
+		var mismatch *logstore.MismatchError
 		if !errors.As(err, &mismatch) || mismatch.Holds != want[i] || mismatch.Asked != other {
 			t.Fatalf("member %d holding %s started with %s: %v", i, want[i], other, err)
 		}
@@ -147,7 +147,7 @@ func TestLogStoreMismatchIsRefused(t *testing.T) {
 // leader's snapshot when it returns, then keeps appending after it
 // (raft-wal refuses an append that leaves a gap in the log it holds).
 func TestLaggingFollowerInstallsSnapshot(t *testing.T) {
-	for _, store := range []string{node.LogStoreWAL, node.LogStoreBoltDB} {
+	for _, store := range []string{logstore.WAL, logstore.BoltDB} {
 		t.Run(store, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -185,7 +185,7 @@ func TestLaggingFollowerInstallsSnapshot(t *testing.T) {
 // refuses to start with one line that names the missing snapshot and what
 // to do (raft itself would panic with "log not found"), on either store.
 func TestDeletedSnapshotDirStopsMember(t *testing.T) {
-	for _, store := range []string{node.LogStoreWAL, node.LogStoreBoltDB} {
+	for _, store := range []string{logstore.WAL, logstore.BoltDB} {
 		t.Run(store, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
@@ -240,7 +240,7 @@ func snapshottingCluster(t *testing.T, ctx context.Context, store string) (*memb
 // (dataDir) and the commands that bring the member back.
 func assertRefusedDamaged(t *testing.T, err error, cause, dataDir string) {
 	t.Helper()
-	var corrupt *node.CorruptLogError
+	var corrupt *logstore.CorruptError
 	if !errors.As(err, &corrupt) {
 		t.Fatalf("start on a damaged data dir: want a CorruptLogError, got %v", err)
 	}
@@ -265,7 +265,7 @@ func assertRefusedDamaged(t *testing.T, err error, cause, dataDir string) {
 // binary) or start an empty log with no term or vote. With the file put
 // back it starts and serves again.
 func TestDamagedBoltStopsMember(t *testing.T) {
-	for _, store := range []string{node.LogStoreBoltDB, node.LogStoreWAL} {
+	for _, store := range []string{logstore.BoltDB, logstore.WAL} {
 		t.Run(store, func(t *testing.T) {
 			c := membertest.New(t, 3, membertest.WithConfig(func(_ int, cfg *member.Config) { cfg.LogStore = store }))
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -282,7 +282,7 @@ func TestDamagedBoltStopsMember(t *testing.T) {
 			c.Stop(f)
 			dataDir := c.Config(f).DataDir
 			name := "raft.db"
-			if store == node.LogStoreWAL {
+			if store == logstore.WAL {
 				name = "wal/wal-meta.db"
 			}
 			path := filepath.Join(dataDir, name)

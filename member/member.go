@@ -68,8 +68,8 @@ type Config struct {
 	SnapshotCount        uint64
 	MaxRequestBytes      int
 	MaxTxnOps            int
-	// LogStore is the raft log store (node.LogStoreWAL or
-	// node.LogStoreBoltDB); see node.Config.LogStore.
+	// LogStore is the raft log store (logstore.WAL or
+	// logstore.BoltDB); see node.Config.LogStore.
 	LogStore string
 
 	// ClientTLS serves https:// client URLs; PeerTLS serves https:// peer URLs

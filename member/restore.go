@@ -12,6 +12,7 @@ import (
 
 	"github.com/corenode/corenode/etcddb"
 	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/logstore"
 	"github.com/corenode/corenode/node"
 )
 
@@ -24,8 +25,8 @@ type RestoreConfig struct {
 	InitialCluster           string
 	InitialClusterToken      string
 	InitialAdvertisePeerURLs []string
-	// LogStore is the raft log store to create (node.LogStoreWAL or
-	// node.LogStoreBoltDB; empty for node.DefaultLogStore): the member
+	// LogStore is the raft log store to create (logstore.WAL or
+	// logstore.BoltDB; empty for logstore.Default): the member
 	// started on the data dir keeps it.
 	LogStore string
 	// SkipHashCheck restores a file with no SHA-256 at its end, such as an
@@ -98,7 +99,7 @@ func Restore(cfg RestoreConfig) (stats RestoreStats, err error) {
 			os.RemoveAll(filepath.Join(cfg.DataDir, e.Name()))
 		}
 	}()
-	if err := node.InitLogStore(cfg.DataDir, cfg.LogStore); err != nil {
+	if err := logstore.Init(cfg.DataDir, cfg.LogStore); err != nil {
 		return stats, err
 	}
 	// The state is encoded as it is stored, not first in memory.

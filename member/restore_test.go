@@ -16,9 +16,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/corenode/corenode/logstore"
 	"github.com/corenode/corenode/member"
 	"github.com/corenode/corenode/member/membertest"
-	"github.com/corenode/corenode/node"
 )
 
 // TestSnapshotRestore saves a snapshot over the Maintenance API, as
@@ -81,8 +81,8 @@ func TestSnapshotRestore(t *testing.T) {
 	dir := t.TempDir()
 	// Each member's data dir is seeded with the log store restore was asked
 	// for, and the member started on it (with no store named) keeps it.
-	stores := []string{node.LogStoreBoltDB, node.LogStoreWAL, ""}
-	held := map[string]string{node.LogStoreBoltDB: "raft.db", node.LogStoreWAL: "wal", "": "wal"}
+	stores := []string{logstore.BoltDB, logstore.WAL, ""}
+	held := map[string]string{logstore.BoltDB: "raft.db", logstore.WAL: "wal", "": "wal"}
 	restored := membertest.New(t, 3, membertest.WithConfig(func(i int, cfg *member.Config) {
 		cfg.DataDir = filepath.Join(dir, cfg.Name)
 		stats, err := member.Restore(member.RestoreConfig{SnapshotFile: file, Name: cfg.Name, DataDir: cfg.DataDir,

@@ -7,15 +7,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics are the member's raft, proposal and disk series. Their names are
-// the ones deploy/grafana/corenode.json charts; rename both together.
+// metrics are the member's raft, proposal and disk-size series (the log
+// store has its own: logstore.Store.Collectors). Their names are the ones
+// deploy/grafana/corenode.json charts; rename both together.
 type metrics struct {
 	proposals     prometheus.Counter
 	proposalsFail prometheus.Counter
 	applyLatency  prometheus.Histogram
-	fsync         prometheus.Histogram
 	leaderChanges prometheus.Counter
-	verifications *prometheus.CounterVec
 }
 
 // latencyBuckets span a loopback commit (sub-millisecond) to a stalled disk.
@@ -29,13 +28,8 @@ func newMetrics() *metrics {
 			Help: "Proposals that did not commit (lost leadership, timeout, shutdown)."}),
 		applyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "corenode_proposal_apply_seconds",
 			Help: "Time from proposing a command to its being applied on this member.", Buckets: latencyBuckets}),
-		fsync: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "corenode_disk_fsync_seconds",
-			Help: "Time to append a batch of log entries to the raft log, including its fsync.", Buckets: latencyBuckets}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_raft_leader_changes_total",
 			Help: "Leader changes this member has seen."}),
-		verifications: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corenode_log_verifications_total",
-			Help: "Checkpoint ranges of the raft log this member verified (logverify.go), by result: ok, mismatch (the log is not the leader's), incomplete (compacted before it was read back), error (could not read it)."},
-			[]string{"result"}),
 	}
 }
 
@@ -50,7 +44,7 @@ func (m *metrics) register(reg prometheus.Registerer, n *Node) {
 		}
 		return 0
 	}
-	reg.MustRegister(m.proposals, m.proposalsFail, m.applyLatency, m.fsync, m.leaderChanges, m.verifications,
+	reg.MustRegister(m.proposals, m.proposalsFail, m.applyLatency, m.leaderChanges,
 		gauge("corenode_raft_has_leader", "1 if this member knows a leader.", func() float64 {
 			_, id := n.leader()
 			return boolean(id != "")
@@ -66,20 +60,19 @@ func (m *metrics) register(reg prometheus.Registerer, n *Node) {
 		gauge("corenode_raft_applied_index", "Highest log index applied to the state machine.", func() float64 {
 			return float64(n.raft.AppliedIndex())
 		}),
-		gauge("corenode_disk_writable", "1 if this member can persist its raft state; 0 after a write failed (a full disk), until a probe of the disk succeeds.", func() float64 {
-			return boolean(!n.storage.failed.Load())
-		}),
 		gauge("corenode_kv_db_size_bytes", "Size on disk of the raft log and its newest snapshot.", func() float64 {
 			return float64(n.DiskSize())
 		}),
 	)
+	// The log store's own: append latency, log verifications, writability.
+	reg.MustRegister(n.store.Collectors()...)
 }
 
 // DiskSize is what this member keeps on disk: the raft log (raft.db, or
 // the wal's segments and meta database) plus the newest snapshot, the two
 // things an operator sizes the data volume for.
 func (n *Node) DiskSize() int64 {
-	total := logStoreSize(n.cfg.DataDir, n.storeKind)
+	total := n.store.Size()
 	if snaps, err := n.snaps.List(); err == nil && len(snaps) > 0 {
 		total += snaps[0].Size
 	}

@@ -1,108 +1,22 @@
-// Package node is the composition root of one corenode member: it owns the
-// raft.Raft instance and its stores, the FSM, the single proposal pipeline,
-// the reaction to leadership changes, and the linearizable-read barrier.
-//
-// Everything that changes replicated state goes through Propose, so gates
-// that must see every write (such as read leases, later) have one place to
-// live.
 package node
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/internal/round"
 	"github.com/corenode/corenode/kv"
 	"github.com/corenode/corenode/lessor"
+	"github.com/corenode/corenode/logstore"
 )
-
-// Config configures one member.
-type Config struct {
-	Name    string
-	DataDir string
-	// ID is this member's ID (see MemberID) unless its data dir keeps
-	// another, or ResolveID gives one.
-	ID uint64
-	// ResolveID, when set, is asked for this member's ID when its data dir
-	// holds no raft state and it joins a running cluster (Bootstrap false):
-	// a member added with etcdctl member add learns the ID the cluster
-	// gave it by its peer URLs. It may block on the network; an error
-	// stops New.
-	ResolveID func() (uint64, error)
-	// PeerURLs are this member's advertised peer URLs; the first one's host:port
-	// is its raft address.
-	PeerURLs   []string
-	ClientURLs []string
-	// Transport carries raft RPCs between members.
-	Transport raft.Transport
-	// Bootstrap, when the data dir holds no raft state, starts a new cluster
-	// with InitialMembers (every initial member bootstraps with the same list).
-	// Without it the member waits to be added by an existing cluster.
-	Bootstrap      bool
-	InitialMembers []raft.Server
-	// InitialMembersErr says why InitialMembers could not be made; New
-	// fails with it only when it would bootstrap.
-	InitialMembersErr error
-	// ClusterToken salts the IDs of members this member adds as leader
-	// (--initial-cluster-token).
-	ClusterToken string
-	// StrictReconfigCheck refuses membership changes that could cost the
-	// cluster its quorum, as etcd's --strict-reconfig-check (reconfig.go).
-	StrictReconfigCheck bool
-	// MaxLearners bounds the learners in the cluster (etcd's
-	// --max-learners); zero means DefaultMaxLearners.
-	MaxLearners int
-
-	HeartbeatInterval time.Duration
-	ElectionTimeout   time.Duration
-	// CommitNotify is hashicorp/raft's CommitTimeout: how often a leader
-	// with nothing new to send still sends every follower an empty append
-	// (randomized up to twice that). Followers learn of new commits from
-	// the leader's commit notifier within about a millisecond (see
-	// tellCommits), so this is only the fallback, and what an idle
-	// cluster spends its CPU on. Zero means 50 ms.
-	CommitNotify time.Duration
-	// SnapshotCount is the number of applied entries that triggers a snapshot
-	// and log truncation.
-	SnapshotCount uint64
-	// SnapshotInterval is how often raft checks SnapshotCount.
-	SnapshotInterval time.Duration
-	// LogStore names the raft log store: LogStoreWAL or LogStoreBoltDB. An
-	// existing data dir keeps the store it holds and refuses another by
-	// name (MismatchError); empty means that store, or DefaultLogStore in a
-	// new data dir.
-	LogStore string
-	// StorageProbeInterval is how often a member that cannot persist its
-	// raft state (a full disk) tries the disk again; zero means 1 s.
-	StorageProbeInterval time.Duration
-	// LogVerifyInterval is how often the leader appends a log verification
-	// checkpoint (logverify.go); zero means DefaultLogVerifyInterval.
-	LogVerifyInterval time.Duration
-
-	Logger *slog.Logger
-	// RaftLog receives hashicorp/raft's own warnings; nil means stderr.
-	RaftLog io.Writer
-	// LeaseObserver hears lease grants and removals as they apply (the
-	// leader's expiry tracker).
-	LeaseObserver fsm.LeaseObserver
-	// Auth is the member's auth state (its local token TTL, clock and
-	// bcrypt cost); nil means auth.Config's defaults.
-	Auth *auth.Store
-	// Metrics, when set, registers the member's raft, proposal and disk series.
-	Metrics prometheus.Registerer
-}
 
 // TermProber asks another member for its current raft term, the seam
 // through which a leader confirms it still leads (see ReadBarrier).
@@ -122,24 +36,22 @@ type TermProber interface {
 	Term(ctx context.Context, addr raft.ServerAddress) (uint64, error)
 }
 
-// Node is one running member.
+// Node is one running member's raft: the raft.Raft instance over its log
+// store and FSM, its proposals, leadership and membership.
 type Node struct {
-	cfg   Config
-	log   *slog.Logger
-	fsm   *fsm.FSM
-	raft  *raft.Raft
-	store *reopenableStore
-	// storeKind is the store this member opened (LogStoreWAL or LogStoreBoltDB).
-	storeKind string
-	snaps     *snapshotStore
-	logs      raft.LogStore
-	// verifier checks the log against the leader's checkpoints (logverify.go).
-	verifier *verifiedLog
+	cfg  Config
+	log  *slog.Logger
+	fsm  *fsm.FSM
+	raft *raft.Raft
+	// store is the raft log and stable store; health says whether it can
+	// be written (package logstore).
+	store  *logstore.Store
+	health *logstore.Health
+	snaps  *snapshotStore
+	logs   raft.LogStore
+	// verifier checks the log against the leader's checkpoints (logstore/verify.go).
+	verifier *logstore.Verifier
 	repl     *replication
-	// storage says whether the raft state can be written (storage.go).
-	storage storageState
-	// ticker paces the storage probe; tests replace it.
-	ticker func(time.Duration) (<-chan time.Time, func())
 	// metrics are always collected; cfg.Metrics decides whether anyone sees them.
 	metrics *metrics
 	obs     *raft.Observer
@@ -189,104 +101,74 @@ type Node struct {
 }
 
 // New opens the data dir, restores state and starts raft.
-func New(cfg Config) (*Node, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.HeartbeatInterval == 0 {
-		cfg.HeartbeatInterval = 100 * time.Millisecond
-	}
-	if cfg.ElectionTimeout == 0 {
-		cfg.ElectionTimeout = time.Second
-	}
-	if cfg.CommitNotify == 0 {
-		cfg.CommitNotify = 50 * time.Millisecond
-	}
-	if cfg.SnapshotCount == 0 {
-		cfg.SnapshotCount = 10000
-	}
-	if cfg.SnapshotInterval == 0 {
-		cfg.SnapshotInterval = 30 * time.Second
-	}
-	if cfg.StorageProbeInterval == 0 {
-		cfg.StorageProbeInterval = defaultStorageProbeInterval
-	}
-	if cfg.LogVerifyInterval == 0 {
-		cfg.LogVerifyInterval = DefaultLogVerifyInterval
-	}
+func New(cfg Config) (_ *Node, err error) {
+	cfg = cfg.withDefaults()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("node: data dir: %w", err)
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger, fsm: fsm.New(cfg.Logger, cfg.LeaseObserver, cfg.Auth), stop: make(chan struct{}), metrics: newMetrics(),
-		removed: make(chan struct{}), ticker: systemTicker}
+		removed: make(chan struct{})}
 	n.confirmRounds = round.New(func() (struct{}, error) { return struct{}{}, n.verifyOnce() })
 
-	kind, err := chooseLogStore(cfg.DataDir, cfg.LogStore)
+	store, err := logstore.Open(logstore.Config{DataDir: cfg.DataDir, Kind: cfg.LogStore, ID: cfg.ID, Logger: cfg.Logger,
+		WALLogger: raftLogger(cfg, "wal"), ProbeInterval: cfg.StorageProbeInterval})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
 	}
-	stores, err := openLogStore(cfg.DataDir, kind, raftLogger(cfg, "wal"))
-	if err != nil {
-		if c := (*CorruptLogError)(nil); errors.As(err, &c) {
-			c.ID = cfg.ID
-			return nil, fmt.Errorf("node: %w", c)
+	// Until New returns the node, a failure undoes what it opened and
+	// started, the latest first.
+	var undo []func()
+	defer func() {
+		if err != nil {
+			for i := len(undo) - 1; i >= 0; i-- {
+				undo[i]()
+			}
 		}
-		return nil, fmt.Errorf("node: open %s raft log in %s: %w", kind, cfg.DataDir, err)
-	}
-	n.store = &reopenableStore{store: stores, open: func() (logStore, error) {
-		return openLogStore(cfg.DataDir, kind, raftLogger(cfg, "wal"))
-	}}
-	n.storeKind = kind
+	}()
+	undo = append(undo, func() { store.Close() })
+	n.store, n.health = store, store.Health()
 	snaps, err := openSnapshots(cfg.DataDir, 2, cfg.Logger)
 	if err != nil {
-		stores.Close()
 		return nil, fmt.Errorf("node: open snapshot store: %w", err)
 	}
 	n.snaps = snaps
-	if err := checkSnapshotCoversLog(stores, snaps); err != nil {
-		stores.Close()
-		return nil, fmt.Errorf("node: %w", &CorruptLogError{DataDir: cfg.DataDir, Store: kind, ID: cfg.ID, Err: err})
+	if err := checkSnapshotCoversLog(store, snaps); err != nil {
+		return nil, fmt.Errorf("node: %w", &logstore.CorruptError{DataDir: cfg.DataDir, Store: store.Kind(), ID: cfg.ID, Err: err})
 	}
-	has, err := raft.HasExistingState(stores, stores, snaps)
+	has, err := raft.HasExistingState(store, store, snaps)
 	if err != nil {
-		stores.Close()
 		return nil, fmt.Errorf("node: inspect raft state: %w", err)
 	}
 	if cfg.Bootstrap && !has && cfg.InitialMembersErr != nil {
-		stores.Close()
 		return nil, cfg.InitialMembersErr
 	}
-	id, err := settleID(n.store, has, cfg)
+	id, err := settleID(store, has, cfg)
 	if err != nil {
-		stores.Close()
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	if id != cfg.ID {
 		n.log.Info("this member's ID is the one its data dir keeps or the cluster gave it", "id", fmt.Sprintf("%x", id))
 	}
 	n.cfg.ID, cfg.ID = id, id
-	n.verifier = n.newVerifiedLog(timedLogStore{n.store, n.metrics.fsync})
+	n.verifier = store.Verifier(id)
+	undo = append(undo, n.verifier.Close)
 	logs, err := raft.NewLogCache(1024, n.verifier)
 	n.logs = logs
 	if err != nil {
-		n.verifier.Close()
-		stores.Close()
 		return nil, fmt.Errorf("node: log cache: %w", err)
 	}
 	// raft writes through these, so that a failed write marks the member
-	// unable to persist (storage.go); n.logs, for reads, skips them.
-	raftLogs := guardedLog{LogStore: logs, s: &n.storage, log: cfg.Logger}
-	stable := &guardedStable{StableStore: n.store, s: &n.storage, log: cfg.Logger, stop: n.stop}
+	// unable to persist (logstore.Health); n.logs, for reads, skips them.
+	raftLogs := n.health.Guard(logs)
+	stable := n.health.Stable(store, n.stop)
 
-	n.repl = newReplication(cfg.Transport, &n.storage)
+	n.repl = newReplication(cfg.Transport, n.health)
 	notify := make(chan bool, 16)
 	rc := raftConfig(cfg, notify)
 
 	if cfg.Bootstrap && !has {
 		if err := raft.BootstrapCluster(rc, raftLogs, stable, snaps, n.repl,
 			raft.Configuration{Servers: cfg.InitialMembers}); err != nil {
-			n.verifier.Close()
-			stores.Close()
 			return nil, fmt.Errorf("node: bootstrap: %w", err)
 		}
 		n.log.Info("bootstrapped new cluster", "members", len(cfg.InitialMembers))
@@ -295,8 +177,6 @@ func New(cfg Config) (*Node, error) {
 	// After a bootstrap (its configuration is entry 1), before raft starts
 	// (a leader's appends may reach it at once).
 	if n.start, err = lastEntry(n.logs); err != nil {
-		n.verifier.Close()
-		stores.Close()
 		return nil, fmt.Errorf("node: read the log's last entry: %w", err)
 	}
 	if n.start.index == 0 {
@@ -311,16 +191,14 @@ func New(cfg Config) (*Node, error) {
 		n.repl.watchAnswers.Store(true)
 	}
 	// From here on raft's main goroutine may write its term, which must
-	// not fail (guardedStable).
-	stable.running.Store(true)
+	// not fail (logstore.Stable).
+	stable.Running()
 	r, err := raft.NewRaft(rc, n.fsm, raftLogs, stable, snaps, n.repl)
 	if err != nil {
-		n.verifier.Close()
-		stores.Close()
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}
-	campaigning := func() bool { return r.State() == raft.Candidate }
-	stable.candidate.Store(&campaigning)
+	undo = append(undo, func() { r.Shutdown() })
+	stable.Campaigning(func() bool { return r.State() == raft.Candidate })
 	n.raft = r
 	n.services = append(n.services, checkpointer{n}, promoter{n})
 	n.prober = heartbeatProber{n}
@@ -328,9 +206,6 @@ func New(cfg Config) (*Node, error) {
 	in, known := n.inConfiguration()
 	n.joined.Store(in && known)
 	if known && !in {
-		r.Shutdown()
-		n.verifier.Close()
-		stores.Close()
 		return nil, ErrRemoved
 	}
 	// Observations only wake the notifier, which then reads the leader from
@@ -363,7 +238,10 @@ func (n *Node) Start() {
 		go n.watchLeadership(n.notify)
 		go n.watchRemoval()
 		go n.followLeader(n.obsCh)
-		go n.probeStorage()
+		go func() {
+			defer n.done.Done()
+			n.store.Probe(n.stop)
+		}()
 		if n.start.index > 0 {
 			n.done.Add(1)
 			go n.awaitCatchUp(n.start)
@@ -371,9 +249,9 @@ func (n *Node) Start() {
 	})
 }
 
-// LogStore is the log store this member opened (LogStoreWAL or
-// LogStoreBoltDB), which its data dir now keeps.
-func (n *Node) LogStore() string { return n.storeKind }
+// LogStore is the log store this member opened (logstore.WAL or
+// logstore.BoltDB), which its data dir now keeps.
+func (n *Node) LogStore() string { return n.store.Kind() }
 
 // Close stops raft and closes the stores. If this member leads, it first
 // tries to hand leadership over so clients see no election timeout.

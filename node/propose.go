@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/corenode/corenode/fsm"
 	"github.com/hashicorp/raft"
+
+	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/logstore"
 )
 
 // Gate holds a leader's commands back until they may change state. The
@@ -118,7 +120,7 @@ func (n *Node) propose(ctx context.Context, op fsm.Op, data []byte) (any, uint64
 		switch {
 		case errors.Is(err, raft.ErrNotLeader):
 			return nil, 0, ErrNotLeader
-		case errors.Is(err, ErrCannotPersist):
+		case errors.Is(err, logstore.ErrCannotPersist):
 			// This leader could not store the entry, so raft stepped it
 			// down before replicating it (dispatchLogs, raft.go:1266): it
 			// is stored nowhere, and the request may go to whoever leads.

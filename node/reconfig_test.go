@@ -9,6 +9,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/corenode/corenode/logstore"
 )
 
 // views builds a configuration: v voters and l learners, the first
@@ -96,7 +98,7 @@ func (f fakeAges) ClusterAge(_ context.Context, addr raft.ServerAddress) (time.D
 // does not reach it now.
 func TestConnectedSince(t *testing.T) {
 	now := time.Unix(1000, 0)
-	repl := newReplication(nil, &storageState{})
+	repl := newReplication(nil, logstore.NewHealth(quiet))
 	repl.now = func() time.Time { return now }
 	n := &Node{cfg: Config{ID: 1}, repl: repl}
 	vs := []memberView{

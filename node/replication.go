@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/corenode/corenode/logstore"
 )
 
 // replication wraps the raft transport of every member. It does these
@@ -24,7 +26,7 @@ import (
 //     teller (tellCommits) knows, per follower, the last index that
 //     follower acknowledged holding in this term, the highest commit index
 //     it has been told, and whether an append to it is in flight.
-//   - While this member cannot persist its raft state (storage.go) it sends
+//   - While this member cannot persist its raft state (logstore.Health) it sends
 //     no RequestPreVote and no RequestVote: raft counts a failed pre-vote
 //     request as refused (preElectSelf, raft.go:2050), so a candidacy that
 //     could only end in a failed append never gets past its pre-vote, and
@@ -33,7 +35,7 @@ import (
 //     TimeoutNow (a leadership transfer to it). raft would answer it by
 //     campaigning at once, without a pre-vote (runCandidate, raft.go:336),
 //     and the term write of that campaign waits for the disk
-//     (guardedStable), holding raft's main goroutine: the member would
+//     (logstore.Stable), holding raft's main goroutine: the member would
 //     neither follow nor lead until the disk came back, and would then
 //     depose the leader one term higher. Refused, the leader's transfer
 //     fails at once with this member's reason (TransferLeadership).
@@ -53,7 +55,7 @@ import (
 // and ends when raft closes the transport (Close).
 type replication struct {
 	raft.Transport
-	storage *storageState
+	health *logstore.Health
 
 	consumeOnce sync.Once
 	consumer    chan raft.RPC
@@ -97,8 +99,8 @@ type peerProgress struct {
 	changed chan struct{}
 }
 
-func newReplication(t raft.Transport, storage *storageState) *replication {
-	return &replication{Transport: t, storage: storage, peers: map[raft.ServerID]*peerProgress{},
+func newReplication(t raft.Transport, health *logstore.Health) *replication {
+	return &replication{Transport: t, health: health, peers: map[raft.ServerID]*peerProgress{},
 		active: map[raft.ServerID]time.Time{}, now: time.Now,
 		consumer: make(chan raft.RPC), closed: make(chan struct{})}
 }
@@ -127,7 +129,7 @@ func (r *replication) consume(in <-chan raft.RPC) {
 		}
 		switch c := rpc.Command.(type) {
 		case *raft.TimeoutNowRequest:
-			if r.storage.failed.Load() {
+			if !r.health.Writable() {
 				rpc.Respond(&raft.TimeoutNowResponse{}, ErrTransfereeCannotPersist)
 				continue
 			}
@@ -172,7 +174,7 @@ var errNoCampaign = errors.New("node: not campaigning: this member cannot persis
 // RequestVote passes a vote request through unless this member cannot
 // persist (see replication).
 func (r *replication) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	if r.storage.failed.Load() {
+	if !r.health.Writable() {
 		return errNoCampaign
 	}
 	err := r.Transport.RequestVote(id, target, args, resp)
@@ -298,7 +300,7 @@ func (r *replication) progress(id raft.ServerID, term uint64) (match, told uint6
 // persist (see replication); raft enables pre-vote only when its transport
 // has this method.
 func (r *replication) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	if r.storage.failed.Load() {
+	if !r.health.Writable() {
 		return errNoCampaign
 	}
 	pv, ok := r.Transport.(raft.WithPreVote)

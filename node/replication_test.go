@@ -2,12 +2,21 @@ package node
 
 import (
 	"errors"
+	"io"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/corenode/corenode/logstore"
 )
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+var errDiskFull = errors.New("no space left on device")
 
 // recordingTransport is a raft transport whose appends reach no one: it
 // records each and answers it with success in the request's term.
@@ -40,7 +49,7 @@ func newRecordingReplication(t *testing.T) (*replication, *recordingTransport) {
 	t.Helper()
 	_, inmem := raft.NewInmemTransport("leader")
 	rt := &recordingTransport{InmemTransport: inmem}
-	return newReplication(rt, new(storageState)), rt
+	return newReplication(rt, logstore.NewHealth(quiet)), rt
 }
 
 // entries returns log entries first through last of term.
@@ -180,4 +189,79 @@ func (t *shapeTransport) AppendEntries(id raft.ServerID, target raft.ServerAddre
 	default:
 	}
 	return t.InmemTransport.AppendEntries(id, target, args, resp)
+}
+
+// TestNoVoteRequestsWhileUnwritable: a member that cannot persist sends no
+// pre-vote or vote requests, so its candidacy ends at the pre-vote; the
+// error must not read as a peer without pre-vote, which raft counts as a
+// granted pre-vote.
+func TestNoVoteRequestsWhileUnwritable(t *testing.T) {
+	_, inmem := raft.NewInmemTransport("a")
+	s := logstore.NewHealth(quiet)
+	r := newReplication(inmem, s)
+	s.Fail("append to the raft log", errDiskFull)
+	if err := r.RequestPreVote("b", "b", &raft.RequestPreVoteRequest{}, &raft.RequestPreVoteResponse{}); !errors.Is(err, errNoCampaign) {
+		t.Fatalf("pre-vote request while unable to persist: %v", err)
+	}
+	if err := r.RequestVote("b", "b", &raft.RequestVoteRequest{}, &raft.RequestVoteResponse{}); !errors.Is(err, errNoCampaign) {
+		t.Fatalf("vote request while unable to persist: %v", err)
+	}
+	// With the state clear, requests go out (to nobody: the in-memory
+	// transport has no peer "b", and says so).
+	s.Clear()
+	if err := r.RequestPreVote("b", "b", &raft.RequestPreVoteRequest{}, &raft.RequestPreVoteResponse{}); errors.Is(err, errNoCampaign) {
+		t.Fatalf("pre-vote request refused after the disk recovered")
+	}
+}
+
+// TestTimeoutNowRefusedWhileUnwritable: a member that cannot persist
+// answers a leader's TimeoutNow with its reason instead of handing it to
+// raft, which would campaign at once and hold its main goroutine on the
+// term write; with the disk back, TimeoutNow reaches raft again.
+func TestTimeoutNowRefusedWhileUnwritable(t *testing.T) {
+	addrA, a := raft.NewInmemTransport("a")
+	addrB, b := raft.NewInmemTransport("b")
+	a.Connect(addrB, b)
+	b.Connect(addrA, a)
+	s := logstore.NewHealth(quiet)
+	r := newReplication(b, s)
+	defer r.Close()
+	consumer := r.Consumer()
+
+	s.Fail("append to the raft log", errDiskFull)
+	err := a.TimeoutNow("b", addrB, &raft.TimeoutNowRequest{}, &raft.TimeoutNowResponse{})
+	if err == nil || !strings.Contains(err.Error(), ErrTransfereeCannotPersist.Error()) {
+		t.Fatalf("TimeoutNow to a member that cannot persist: %v, want its refusal", err)
+	}
+	select {
+	case rpc := <-consumer:
+		t.Fatalf("raft received %T while the member could not persist", rpc.Command)
+	default:
+	}
+	// Other RPCs still reach raft: the member follows while it cannot lead.
+	answered := make(chan error, 1)
+	go func() {
+		answered <- a.AppendEntries("b", addrB, &raft.AppendEntriesRequest{Term: 1}, &raft.AppendEntriesResponse{})
+	}()
+	rpc := <-consumer
+	if _, ok := rpc.Command.(*raft.AppendEntriesRequest); !ok {
+		t.Fatalf("raft received %T, want the append", rpc.Command)
+	}
+	rpc.Respond(&raft.AppendEntriesResponse{}, nil)
+	if err := <-answered; err != nil {
+		t.Fatal(err)
+	}
+
+	s.Clear()
+	go func() {
+		answered <- a.TimeoutNow("b", addrB, &raft.TimeoutNowRequest{}, &raft.TimeoutNowResponse{})
+	}()
+	rpc = <-consumer
+	if _, ok := rpc.Command.(*raft.TimeoutNowRequest); !ok {
+		t.Fatalf("raft received %T, want the TimeoutNow", rpc.Command)
+	}
+	rpc.Respond(&raft.TimeoutNowResponse{}, nil)
+	if err := <-answered; err != nil {
+		t.Fatal(err)
+	}
 }

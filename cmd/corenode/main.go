@@ -31,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/corenode/corenode/auth"
+	"github.com/corenode/corenode/logstore"
 	"github.com/corenode/corenode/member"
 	"github.com/corenode/corenode/node"
 	"github.com/corenode/corenode/transport"
@@ -109,8 +110,8 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.electionMS, "election-timeout", 1000, "time (in milliseconds) for an election to timeout")
 	fs.IntVar(&o.commitNotifyMS, "commit-notify-interval", 0, "time (in milliseconds) between the empty appends an idle leader sends each follower (0: 50, or --heartbeat-interval if lower); followers hear of new commits from the leader within about a millisecond regardless")
 	fs.Uint64Var(&o.snapshotCount, "snapshot-count", 10000, "number of committed entries that triggers a snapshot and log truncation")
-	fs.StringVar(&o.logStore, "log-store", "", "raft log store, "+node.LogStoreWAL+" or "+node.LogStoreBoltDB+
-		" (default: the one the data dir holds; "+node.DefaultLogStore+" for a new data dir); a data dir keeps the store it was created with")
+	fs.StringVar(&o.logStore, "log-store", "", "raft log store, "+logstore.WAL+" or "+logstore.BoltDB+
+		" (default: the one the data dir holds; "+logstore.Default+" for a new data dir); a data dir keeps the store it was created with")
 	fs.IntVar(&o.maxRequestBytes, "max-request-bytes", 1536*1024, "maximum client request size in bytes")
 	fs.IntVar(&o.maxTxnOps, "max-txn-ops", 128, "maximum number of operations in each branch of a txn")
 	fs.BoolVar(&o.enablePprof, "enable-pprof", false, "serve Go's runtime profiles under /debug/pprof/ on the client URLs")
@@ -403,7 +404,7 @@ func snapshot(args []string) int {
 	initialCluster := fs.String("initial-cluster", "", "the new cluster, name=peer-url,... (default \"${name}=${initial-advertise-peer-urls}\")")
 	token := fs.String("initial-cluster-token", "corenode-cluster", "token of the new cluster")
 	advertise := fs.String("initial-advertise-peer-urls", "http://127.0.0.1:2380", "this member's peer URL in the new cluster")
-	logStore := fs.String("log-store", node.DefaultLogStore, "raft log store to create, "+node.LogStoreWAL+" or "+node.LogStoreBoltDB+"; the member started on the data dir keeps it")
+	logStore := fs.String("log-store", logstore.Default, "raft log store to create, "+logstore.WAL+" or "+logstore.BoltDB+"; the member started on the data dir keeps it")
 	skipHashCheck := fs.Bool("skip-hash-check", false, "restore a file without the SHA-256 a snapshot ends with (an etcd member's member/snap/db), unchecked")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -1,6 +1,6 @@
 //go:build linux
 
-package node
+package logstore
 
 import (
 	"errors"
@@ -8,28 +8,27 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/hashicorp/raft-wal/verifier"
 )
 
 // TestLogVerifierFindsInFlightChange runs raft-wal's verifier over the
-// member's own log store, as node.New stacks them: the leader stamps a
+// member's own log store, as Verifier stacks them: the leader stamps a
 // barrier with the sum of what it wrote, a follower that stored the same
 // entries verifies the range (the sum survives checkedStore's trailer),
 // and one that stored an entry changed on its way is told of a mismatch.
 // It also pins what the verifier relies on in raft: the stamp is written
 // into the very entry raft then replicates.
 func TestLogVerifierFindsInFlightChange(t *testing.T) {
-	for _, kind := range []string{LogStoreWAL, LogStoreBoltDB} {
+	for _, kind := range []string{WAL, BoltDB} {
 		t.Run(kind, func(t *testing.T) {
 			open := func() (*verifier.LogStore, <-chan verifier.VerificationReport) {
-				s, err := openLogStore(t.TempDir(), kind, hclog.NewNullLogger())
+				s, err := Open(Config{DataDir: t.TempDir(), Kind: kind, Logger: quiet})
 				if err != nil {
 					t.Fatal(err)
 				}
 				reports := make(chan verifier.VerificationReport, 4)
-				v := verifier.NewLogStore(timedLogStore{s, newMetrics().fsync}, isCheckpoint,
+				v := verifier.NewLogStore(struct{ raft.LogStore }{s}, isCheckpoint,
 					func(r verifier.VerificationReport) { reports <- r }, noWALMetrics{})
 				t.Cleanup(func() { v.Close(); s.Close() })
 				return v, reports
@@ -110,13 +109,12 @@ func TestLogVerifierFindsInFlightChange(t *testing.T) {
 // range without a mismatch.
 func TestLogVerifierAfterTailRemoval(t *testing.T) {
 	reports := make(chan verifier.VerificationReport, 16)
-	n := &Node{cfg: Config{ID: 1, DataDir: t.TempDir()}, log: quiet, metrics: newMetrics()}
-	s, err := openLogStore(n.cfg.DataDir, LogStoreWAL, hclog.NewNullLogger())
+	s, err := Open(Config{DataDir: t.TempDir(), Kind: WAL, ID: 1, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	v := n.newVerifiedLog(s)
+	v := s.Verifier(1)
 	defer v.Close()
 	// The same verifier, reporting to the test.
 	v.fresh = func() *verifier.LogStore {

@@ -1,4 +1,4 @@
-package node
+package logstore
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 // boltPath is the bolt file of a log store of kind in dir, and its name in
 // messages.
 func boltPath(dir, kind string) (path, name string) {
-	if kind == LogStoreBoltDB {
+	if kind == BoltDB {
 		return filepath.Join(dir, boltFile), boltFile
 	}
 	return filepath.Join(dir, walDir, walMetaFile), walDir + "/" + walMetaFile
@@ -30,13 +30,13 @@ func boltPath(dir, kind string) (path, name string) {
 // truncation, term and vote writes) and reopens it often: checkBolt must
 // pass every file bbolt wrote, or members would refuse healthy data dirs.
 func TestCheckBoltPassesHealthyStores(t *testing.T) {
-	for _, kind := range []string{LogStoreBoltDB, LogStoreWAL} {
+	for _, kind := range []string{BoltDB, WAL} {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
 			rng := rand.New(rand.NewPCG(1, 2))
 			var next uint64 = 1
 			for round := range 12 {
-				s, err := openLogStore(dir, kind, hclog.NewNullLogger())
+				s, err := openStore(dir, kind, hclog.NewNullLogger())
 				if err != nil {
 					t.Fatalf("round %d: open: %v", round, err)
 				}
@@ -86,7 +86,7 @@ func TestCheckBoltPassesHealthyStores(t *testing.T) {
 func writeStore(t testing.TB, kind string, n int) string {
 	t.Helper()
 	dir := t.TempDir()
-	s, err := openLogStore(dir, kind, hclog.NewNullLogger())
+	s, err := openStore(dir, kind, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,12 +109,12 @@ func writeStore(t testing.TB, kind string, n int) string {
 }
 
 // TestDamagedBoltIsCorruptLog damages each store's bolt file as a disk
-// does and opens the store again: a CorruptLogError that names the file and
+// does and opens the store again: a CorruptError that names the file and
 // what is wrong with it, where bbolt alone panics (some of it on a
 // goroutine of its own, which would kill this test binary) or, for an empty
 // file, starts a new log with no term or vote.
 func TestDamagedBoltIsCorruptLog(t *testing.T) {
-	for _, kind := range []string{LogStoreBoltDB, LogStoreWAL} {
+	for _, kind := range []string{BoltDB, WAL} {
 		for _, tc := range []struct {
 			name   string
 			damage func(data []byte, pageSize int) []byte
@@ -146,15 +146,15 @@ func TestDamagedBoltIsCorruptLog(t *testing.T) {
 				if err := os.WriteFile(path, tc.damage(data, os.Getpagesize()), 0o600); err != nil {
 					t.Fatal(err)
 				}
-				s, err := openLogStore(dir, kind, hclog.NewNullLogger())
+				s, err := openStore(dir, kind, hclog.NewNullLogger())
 				if err == nil {
 					s.Close()
 					t.Fatalf("%s opened after damage to %s", kind, name)
 				}
-				var corrupt *CorruptLogError
+				var corrupt *CorruptError
 				if !errors.As(err, &corrupt) || !errors.Is(err, errBoltDamaged) ||
 					!strings.Contains(corrupt.Err.Error(), name+": "+tc.cause) {
-					t.Fatalf("open after damage to %s: %v; want a CorruptLogError saying %q", name, err, name+": "+tc.cause)
+					t.Fatalf("open after damage to %s: %v; want a CorruptError saying %q", name, err, name+": "+tc.cause)
 				}
 				t.Logf("%v", corrupt.Err)
 			})
@@ -167,7 +167,7 @@ func TestDamagedBoltIsCorruptLog(t *testing.T) {
 // write torn by a crash leaves it; the check picks the same one and does
 // not refuse the file.
 func TestOneDamagedMetaPageOpens(t *testing.T) {
-	for _, kind := range []string{LogStoreBoltDB, LogStoreWAL} {
+	for _, kind := range []string{BoltDB, WAL} {
 		t.Run(kind, func(t *testing.T) {
 			dir := writeStore(t, kind, 200)
 			path, _ := boltPath(dir, kind)
@@ -191,7 +191,7 @@ func TestOneDamagedMetaPageOpens(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.Close()
-			s, err := openLogStore(dir, kind, hclog.NewNullLogger())
+			s, err := openStore(dir, kind, hclog.NewNullLogger())
 			if err != nil {
 				t.Fatalf("open with meta page %d damaged: %v", newer, err)
 			}
@@ -204,13 +204,13 @@ func TestOneDamagedMetaPageOpens(t *testing.T) {
 // raft.db is refused at once, before the check reads a file being written.
 func TestBoltRefusesSecondOpener(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openLogStore(dir, LogStoreBoltDB, hclog.NewNullLogger())
+	s, err := openStore(dir, BoltDB, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	start := time.Now()
-	if _, err := openLogStore(dir, LogStoreBoltDB, hclog.NewNullLogger()); !errors.Is(err, errStoreLocked) {
+	if _, err := openStore(dir, BoltDB, hclog.NewNullLogger()); !errors.Is(err, errStoreLocked) {
 		t.Fatalf("second open: %v, want %v", err, errStoreLocked)
 	}
 	if d := time.Since(start); d > time.Second {
@@ -224,10 +224,10 @@ func TestBoltRefusesSecondOpener(t *testing.T) {
 // open, which walks every page to rebuild the freelist, and verifyLog's
 // read of every entry).
 //
-//	go test -run '^$' -bench CheckBolt -benchtime 20x ./node/
+//	go test -run '^$' -bench CheckBolt -benchtime 20x ./logstore/
 func BenchmarkCheckBolt(b *testing.B) {
-	dir := writeStore(b, LogStoreBoltDB, 100_000)
-	path, name := boltPath(dir, LogStoreBoltDB)
+	dir := writeStore(b, BoltDB, 100_000)
+	path, name := boltPath(dir, BoltDB)
 	if fi, err := os.Stat(path); err == nil {
 		b.Logf("raft.db: %d MiB", fi.Size()>>20)
 	}
@@ -260,7 +260,7 @@ func BenchmarkCheckBolt(b *testing.B) {
 	})
 	b.Run("open-and-verify", func(b *testing.B) {
 		for range b.N {
-			s, err := openLogStore(dir, LogStoreBoltDB, hclog.NewNullLogger())
+			s, err := openStore(dir, BoltDB, hclog.NewNullLogger())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -275,7 +275,7 @@ func BenchmarkCheckBolt(b *testing.B) {
 // and takes an append and a truncation, without a panic, which would end
 // this test binary, and without a hang.
 func TestBoltByteFlips(t *testing.T) {
-	for _, kind := range []string{LogStoreBoltDB, LogStoreWAL} {
+	for _, kind := range []string{BoltDB, WAL} {
 		t.Run(kind, func(t *testing.T) {
 			dir := writeStore(t, kind, 300)
 			path, name := boltPath(dir, kind)
@@ -300,7 +300,7 @@ func TestBoltByteFlips(t *testing.T) {
 				if err := os.WriteFile(path, data, 0o600); err != nil {
 					t.Fatal(err)
 				}
-				s, err := openLogStore(dir, kind, hclog.NewNullLogger())
+				s, err := openStore(dir, kind, hclog.NewNullLogger())
 				if err != nil {
 					if errors.Is(err, errBoltDamaged) {
 						refused++

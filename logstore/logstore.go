@@ -1,4 +1,4 @@
-package node
+package logstore
 
 import (
 	"errors"
@@ -15,28 +15,27 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/bbolt"
 )
 
 // The log stores a member can keep its raft log and stable state in, by the
 // names --log-store takes.
 const (
-	// LogStoreWAL is hashicorp/raft-wal: append-only segment files under
+	// WAL is hashicorp/raft-wal: append-only segment files under
 	// <data-dir>/wal/, one fsync per append, and its small meta database
 	// (bolt, written on segment rotation, truncation and raft's term and
 	// vote) as the stable store.
-	LogStoreWAL = "wal"
-	// LogStoreBoltDB is hashicorp/raft-boltdb: <data-dir>/raft.db, one bolt
+	WAL = "wal"
+	// BoltDB is hashicorp/raft-boltdb: <data-dir>/raft.db, one bolt
 	// transaction (two fdatasyncs) per append, log and stable state alike.
-	LogStoreBoltDB = "boltdb"
+	BoltDB = "boltdb"
 )
 
-// DefaultLogStore is the store a new data dir gets when none is named:
+// Default is the store a new data dir gets when none is named:
 // raft-wal, which commits a one-entry append with one fsync where bolt
 // needs two and measured faster on put-1, put and lease-grant
 // (docs/BENCHMARKS.md, "Log stores").
-const DefaultLogStore = LogStoreWAL
+const Default = WAL
 
 // walDir and boltFile are where each store lives inside the data dir; their
 // presence is how a data dir says which store it was created with.
@@ -55,11 +54,11 @@ const (
 // would make every member's log at least 64 MiB on disk.
 const walSegmentSize = 16 << 20
 
-// logStore is one member's raft log and stable store in one. Both
+// backend is one member's raft log and stable store in one. Both
 // implementations are safe for concurrent use as raft requires: raft's
 // goroutines append, read and truncate concurrently, and StoreLogs returns
 // only once the entries are durable (fsynced).
-type logStore interface {
+type backend interface {
 	raft.LogStore
 	raft.StableStore
 	io.Closer
@@ -80,33 +79,33 @@ func (e *MismatchError) Error() string {
 		e.DataDir, e.Holds, e.Asked, e.Holds, e.Asked)
 }
 
-// CorruptLogError is a raft log that failed its checks when the member
+// CorruptError is a raft log that failed its checks when the member
 // opened it: a checksum or a record that does not decode. The member cannot
 // serve from it; its data must go and the cluster must send it a fresh copy.
-type CorruptLogError struct {
+type CorruptError struct {
 	DataDir string
 	Store   string
 	ID      uint64 // the member's ID, for the commands
 	Err     error
 }
 
-func (e *CorruptLogError) Error() string {
+func (e *CorruptError) Error() string {
 	return fmt.Sprintf("the raft log (%s) in %s is damaged: %v; this member must not start on it: "+
 		"remove it from the cluster (etcdctl member remove %x), delete the data dir %s, "+
 		"then add it again (etcdctl member add) and start it with --initial-cluster-state existing",
 		e.Store, e.DataDir, e.Err, e.ID, e.DataDir)
 }
 
-func (e *CorruptLogError) Unwrap() error { return e.Err }
+func (e *CorruptError) Unwrap() error { return e.Err }
 
 // errStoreLocked is a log store another process has open.
 var errStoreLocked = errors.New("another process holds it (is a member already running on this data dir?)")
 
-// heldLogStore reports which store dataDir holds: "" for none (a new or
+// heldStore reports which store dataDir holds: "" for none (a new or
 // restored-from-snapshot-only data dir).
-func heldLogStore(dataDir string) (string, error) {
+func heldStore(dataDir string) (string, error) {
 	var held []string
-	for _, s := range []struct{ kind, path string }{{LogStoreBoltDB, boltFile}, {LogStoreWAL, walDir}} {
+	for _, s := range []struct{ kind, path string }{{BoltDB, boltFile}, {WAL, walDir}} {
 		if _, err := os.Stat(filepath.Join(dataDir, s.path)); err == nil {
 			held = append(held, s.kind)
 		} else if !errors.Is(err, fs.ErrNotExist) {
@@ -124,16 +123,16 @@ func heldLogStore(dataDir string) (string, error) {
 	}
 }
 
-// chooseLogStore is the store a member on dataDir opens when asked for
+// choose is the store a member on dataDir opens when asked for
 // asked: an existing data dir's own store, which asked must match when it
-// names one; an empty data dir's is asked, or DefaultLogStore.
-func chooseLogStore(dataDir, asked string) (string, error) {
+// names one; an empty data dir's is asked, or Default.
+func choose(dataDir, asked string) (string, error) {
 	switch asked {
-	case "", LogStoreWAL, LogStoreBoltDB:
+	case "", WAL, BoltDB:
 	default:
-		return "", fmt.Errorf("unknown log store %q (have %s, %s)", asked, LogStoreWAL, LogStoreBoltDB)
+		return "", fmt.Errorf("unknown log store %q (have %s, %s)", asked, WAL, BoltDB)
 	}
-	held, err := heldLogStore(dataDir)
+	held, err := heldStore(dataDir)
 	if err != nil {
 		return "", err
 	}
@@ -145,21 +144,21 @@ func chooseLogStore(dataDir, asked string) (string, error) {
 	case asked != "":
 		return asked, nil
 	default:
-		return DefaultLogStore, nil
+		return Default, nil
 	}
 }
 
-// openLogStore opens the raft log and stable store of kind in dataDir,
+// openStore opens the raft log and stable store of kind in dataDir,
 // creating it when missing, and reads every entry back (verifyLog) so a
-// damaged log stops the member here with a CorruptLogError rather than in
+// damaged log stops the member here with a CorruptError rather than in
 // raft, which panics on a log it cannot read while it starts.
-func openLogStore(dataDir, kind string, logger hclog.Logger) (logStore, error) {
-	var s logStore
+func openStore(dataDir, kind string, logger hclog.Logger) (backend, error) {
+	var s backend
 	var err error
 	switch kind {
-	case LogStoreBoltDB:
+	case BoltDB:
 		s, err = openBolt(dataDir)
-	case LogStoreWAL:
+	case WAL:
 		var w walStore
 		if w, err = openWAL(filepath.Join(dataDir, walDir), logger); err == nil {
 			s = checkedStore{w}
@@ -170,33 +169,34 @@ func openLogStore(dataDir, kind string, logger hclog.Logger) (logStore, error) {
 	if err != nil {
 		if errors.Is(err, wal.ErrCorrupt) || errors.Is(err, errEntryChecksum) || errors.Is(err, errLogShortened) ||
 			errors.Is(err, errBoltDamaged) {
-			return nil, &CorruptLogError{DataDir: dataDir, Store: kind, Err: err}
+			return nil, &CorruptError{DataDir: dataDir, Store: kind, Err: err}
 		}
 		return nil, err
 	}
 	if err := verifyLog(s); err != nil {
 		s.Close()
-		return nil, &CorruptLogError{DataDir: dataDir, Store: kind, Err: err}
+		return nil, &CorruptError{DataDir: dataDir, Store: kind, Err: err}
 	}
 	return s, nil
 }
 
-// InitLogStore creates the log store kind ("" for the default) in an
-// empty data dir, so the member started on it later keeps that store.
-func InitLogStore(dataDir, kind string) error {
+// Init creates the log store kind ("" for Default) in an empty data dir,
+// so the member started on it later keeps that store (a data dir restored
+// from a snapshot holds no log yet).
+func Init(dataDir, kind string) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
-		return fmt.Errorf("node: data dir: %w", err)
+		return fmt.Errorf("logstore: data dir: %w", err)
 	}
-	kind, err := chooseLogStore(dataDir, kind)
+	kind, err := choose(dataDir, kind)
 	if err != nil {
-		return fmt.Errorf("node: %w", err)
+		return fmt.Errorf("logstore: %w", err)
 	}
-	s, err := openLogStore(dataDir, kind, hclog.NewNullLogger())
+	s, err := openStore(dataDir, kind, hclog.NewNullLogger())
 	if err != nil {
-		return fmt.Errorf("node: create %s log store: %w", kind, err)
+		return fmt.Errorf("logstore: create %s log store: %w", kind, err)
 	}
 	if err := s.Close(); err != nil {
-		return fmt.Errorf("node: close %s log store: %w", kind, err)
+		return fmt.Errorf("logstore: close %s log store: %w", kind, err)
 	}
 	return nil
 }
@@ -310,9 +310,9 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// logStoreSize is the bytes the store of kind keeps in dataDir.
-func logStoreSize(dataDir, kind string) int64 {
-	if kind == LogStoreBoltDB {
+// diskSize is the bytes the store of kind keeps in dataDir.
+func diskSize(dataDir, kind string) int64 {
+	if kind == BoltDB {
 		if fi, err := os.Stat(filepath.Join(dataDir, boltFile)); err == nil {
 			return fi.Size()
 		}
@@ -328,33 +328,11 @@ func logStoreSize(dataDir, kind string) int64 {
 	return total
 }
 
-// timedLogStore records how long every append to the log takes
-// (corenode_disk_fsync_seconds): either store makes each batch durable
-// before it returns, so this is the disk latency every write waits for.
-type timedLogStore struct {
-	raft.LogStore
-	h prometheus.Histogram
-}
-
-func (s timedLogStore) StoreLog(l *raft.Log) error {
-	return s.StoreLogs([]*raft.Log{l})
-}
-
-func (s timedLogStore) StoreLogs(ls []*raft.Log) error {
-	start := time.Now()
-	err := s.LogStore.StoreLogs(ls)
-	s.h.Observe(time.Since(start).Seconds())
-	return err
-}
-
-// IsMonotonic passes the store's answer through: raft-wal refuses an
-// append that leaves a gap, and raft, told so, clears the log after
-// installing a snapshot instead of appending past a gap.
-func (s timedLogStore) IsMonotonic() bool { return isMonotonic(s.LogStore) }
-
 // isMonotonic is whether s refuses appends that leave a gap
-// (raft.MonotonicLogStore); raft looks only at the store it is given, so
-// every wrapper passes this through.
+// (raft.MonotonicLogStore): raft-wal does, and raft, told so, clears the
+// log after installing a snapshot instead of appending past a gap. raft
+// looks only at the store it is given, so every wrapper passes this
+// through.
 func isMonotonic(s raft.LogStore) bool {
 	m, ok := s.(raft.MonotonicLogStore)
 	return ok && m.IsMonotonic()

@@ -1,4 +1,4 @@
-package node
+package logstore
 
 import (
 	"encoding/binary"
@@ -32,7 +32,7 @@ const entrySumMagic = 0xc5
 // (cached, replicated) entries never carry it. Concurrency is the wrapped
 // store's: the methods keep no state of their own.
 type checkedStore struct {
-	logStore
+	backend
 }
 
 func (s checkedStore) StoreLog(l *raft.Log) error {
@@ -50,14 +50,14 @@ func (s checkedStore) StoreLogs(logs []*raft.Log) error {
 		summed[i].Extensions = binary.LittleEndian.AppendUint32(ext, entrySum(l, l.Extensions))
 		ptrs[i] = &summed[i]
 	}
-	return s.logStore.StoreLogs(ptrs)
+	return s.backend.StoreLogs(ptrs)
 }
 
-// IsMonotonic passes raft-wal's answer through (see timedLogStore).
-func (s checkedStore) IsMonotonic() bool { return isMonotonic(s.logStore) }
+// IsMonotonic passes raft-wal's answer through (see isMonotonic).
+func (s checkedStore) IsMonotonic() bool { return isMonotonic(s.backend) }
 
 func (s checkedStore) GetLog(index uint64, l *raft.Log) error {
-	if err := s.logStore.GetLog(index, l); err != nil {
+	if err := s.backend.GetLog(index, l); err != nil {
 		return err
 	}
 	ext := l.Extensions

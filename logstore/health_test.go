@@ -1,4 +1,4 @@
-package node
+package logstore
 
 import (
 	"errors"
@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -67,19 +66,18 @@ func (f *flakyStable) attempts() int {
 	return f.writes
 }
 
-func newGuardedStable(f *flakyStable, stop chan struct{}, candidate bool) (*guardedStable, *storageState) {
-	s := new(storageState)
-	g := &guardedStable{StableStore: f, s: s, log: quiet, stop: stop}
-	g.running.Store(true)
-	c := func() bool { return candidate }
-	g.candidate.Store(&c)
-	return g, s
+func newStable(f *flakyStable, stop chan struct{}, candidate bool) (*Stable, *Health) {
+	h := NewHealth(quiet)
+	g := h.Stable(f, stop)
+	g.Running()
+	g.Campaigning(func() bool { return candidate })
+	return g, h
 }
 
 // setTerm runs g.SetUint64(CurrentTerm, term) in a goroutine; the result
 // arrives on the first channel if it returned, and the second closes when
 // the goroutine ended, returned or not.
-func setTerm(g *guardedStable, term uint64) (<-chan error, <-chan struct{}) {
+func setTerm(g *Stable, term uint64) (<-chan error, <-chan struct{}) {
 	res, ended := make(chan error, 1), make(chan struct{})
 	go func() {
 		defer close(ended)
@@ -94,10 +92,10 @@ func setTerm(g *guardedStable, term uint64) (<-chan error, <-chan struct{}) {
 func TestTermWriteWaitsForTheDisk(t *testing.T) {
 	f := newFlakyStable()
 	f.setFull(true)
-	g, s := newGuardedStable(f, make(chan struct{}), false)
-	// The store signals its attempt before guardedStable records the
+	g, s := newStable(f, make(chan struct{}), false)
+	// The store signals its attempt before Stable records the
 	// failure, so the test waits for the state to change instead.
-	failed := s.changed.Wait()
+	failed := s.Changed()
 	res, _ := setTerm(g, 5)
 	<-failed
 	if !errors.Is(s.Err(), ErrCannotPersist) {
@@ -109,7 +107,7 @@ func TestTermWriteWaitsForTheDisk(t *testing.T) {
 	default:
 	}
 	f.setFull(false)
-	s.clear(quiet)
+	s.Clear()
 	if err := <-res; err != nil {
 		t.Fatalf("term write once the disk takes writes: %v", err)
 	}
@@ -125,7 +123,7 @@ func TestTermWriteEndsWithTheMember(t *testing.T) {
 	f := newFlakyStable()
 	f.setFull(true)
 	stop := make(chan struct{})
-	g, _ := newGuardedStable(f, stop, false)
+	g, _ := newStable(f, stop, false)
 	res, ended := setTerm(g, 5)
 	<-f.tried
 	close(stop)
@@ -142,8 +140,8 @@ func TestTermWriteEndsWithTheMember(t *testing.T) {
 // term, even if that write would succeed: the append after it would not.
 func TestNoCampaignWhileUnwritable(t *testing.T) {
 	f := newFlakyStable()
-	g, s := newGuardedStable(f, make(chan struct{}), true)
-	s.fail(quiet, "append to the raft log", errDiskFull)
+	g, s := newStable(f, make(chan struct{}), true)
+	s.Fail("append to the raft log", errDiskFull)
 	res, _ := setTerm(g, 9)
 	// The write is held back before the store, so nothing arrives on
 	// f.tried; clearing the state lets it through.
@@ -154,7 +152,7 @@ func TestNoCampaignWhileUnwritable(t *testing.T) {
 		t.Fatalf("a campaign's term write returned %v while the member could not persist", err)
 	case <-time.After(50 * time.Millisecond): // only to show it is not written at once
 	}
-	s.clear(quiet)
+	s.Clear()
 	if err := <-res; err != nil {
 		t.Fatal(err)
 	}
@@ -168,13 +166,13 @@ func TestNoCampaignWhileUnwritable(t *testing.T) {
 // does not hold it up.
 func TestDurableTermNotRewritten(t *testing.T) {
 	f := newFlakyStable()
-	g, s := newGuardedStable(f, make(chan struct{}), false)
+	g, s := newStable(f, make(chan struct{}), false)
 	if err := g.SetUint64(keyCurrentTerm, 3); err != nil {
 		t.Fatal(err)
 	}
 	<-f.tried
 	f.setFull(true)
-	s.fail(quiet, "append to the raft log", errDiskFull)
+	s.Fail("append to the raft log", errDiskFull)
 	if err := g.SetUint64(keyCurrentTerm, 3); err != nil {
 		t.Fatalf("rewriting the stored term on a full disk: %v", err)
 	}
@@ -189,7 +187,7 @@ func TestDurableTermNotRewritten(t *testing.T) {
 func TestStableErrorsBeforeRaftRuns(t *testing.T) {
 	f := newFlakyStable()
 	f.setFull(true)
-	g, _ := newGuardedStable(f, make(chan struct{}), false)
+	g, _ := newStable(f, make(chan struct{}), false)
 	if err := g.SetUint64([]byte("LastVoteTerm"), 4); !errors.Is(err, ErrCannotPersist) || !errors.Is(err, errDiskFull) {
 		t.Fatalf("vote write on a full disk: %v", err)
 	}
@@ -221,98 +219,23 @@ func (l *flakyLog) StoreLogs(logs []*raft.Log) error {
 // succeeds clears the state.
 func TestFailedAppendMarksAndSuccessClears(t *testing.T) {
 	l := &flakyLog{InmemStore: raft.NewInmemStore(), full: true}
-	s := new(storageState)
-	g := guardedLog{LogStore: l, s: s, log: quiet}
-	changed := s.changed.Wait()
-	if err := g.StoreLogs(entries(1, 1, 1)); !errors.Is(err, ErrCannotPersist) || !errors.Is(err, errDiskFull) {
+	s := NewHealth(quiet)
+	g := s.Guard(l)
+	changed := s.Changed()
+	if err := g.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Type: raft.LogCommand}}); !errors.Is(err, ErrCannotPersist) || !errors.Is(err, errDiskFull) {
 		t.Fatalf("failed append: %v", err)
 	}
 	<-changed
-	changed = s.changed.Wait()
+	changed = s.Changed()
 	l.mu.Lock()
 	l.full = false
 	l.mu.Unlock()
-	if err := g.StoreLogs(entries(1, 1, 1)); err != nil {
+	if err := g.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Type: raft.LogCommand}}); err != nil {
 		t.Fatal(err)
 	}
 	<-changed
 	if err := s.Err(); err != nil {
 		t.Fatalf("after a successful append: %v", err)
-	}
-}
-
-// TestNoVoteRequestsWhileUnwritable: a member that cannot persist sends no
-// pre-vote or vote requests, so its candidacy ends at the pre-vote; the
-// error must not read as a peer without pre-vote, which raft counts as a
-// granted pre-vote.
-func TestNoVoteRequestsWhileUnwritable(t *testing.T) {
-	_, inmem := raft.NewInmemTransport("a")
-	s := new(storageState)
-	r := newReplication(inmem, s)
-	s.fail(quiet, "append to the raft log", errDiskFull)
-	if err := r.RequestPreVote("b", "b", &raft.RequestPreVoteRequest{}, &raft.RequestPreVoteResponse{}); !errors.Is(err, errNoCampaign) {
-		t.Fatalf("pre-vote request while unable to persist: %v", err)
-	}
-	if err := r.RequestVote("b", "b", &raft.RequestVoteRequest{}, &raft.RequestVoteResponse{}); !errors.Is(err, errNoCampaign) {
-		t.Fatalf("vote request while unable to persist: %v", err)
-	}
-	// With the state clear, requests go out (to nobody: the in-memory
-	// transport has no peer "b", and says so).
-	s.clear(quiet)
-	if err := r.RequestPreVote("b", "b", &raft.RequestPreVoteRequest{}, &raft.RequestPreVoteResponse{}); errors.Is(err, errNoCampaign) {
-		t.Fatalf("pre-vote request refused after the disk recovered")
-	}
-}
-
-// TestTimeoutNowRefusedWhileUnwritable: a member that cannot persist
-// answers a leader's TimeoutNow with its reason instead of handing it to
-// raft, which would campaign at once and hold its main goroutine on the
-// term write; with the disk back, TimeoutNow reaches raft again.
-func TestTimeoutNowRefusedWhileUnwritable(t *testing.T) {
-	addrA, a := raft.NewInmemTransport("a")
-	addrB, b := raft.NewInmemTransport("b")
-	a.Connect(addrB, b)
-	b.Connect(addrA, a)
-	s := new(storageState)
-	r := newReplication(b, s)
-	defer r.Close()
-	consumer := r.Consumer()
-
-	s.fail(quiet, "append to the raft log", errDiskFull)
-	err := a.TimeoutNow("b", addrB, &raft.TimeoutNowRequest{}, &raft.TimeoutNowResponse{})
-	if err == nil || !strings.Contains(err.Error(), ErrTransfereeCannotPersist.Error()) {
-		t.Fatalf("TimeoutNow to a member that cannot persist: %v, want its refusal", err)
-	}
-	select {
-	case rpc := <-consumer:
-		t.Fatalf("raft received %T while the member could not persist", rpc.Command)
-	default:
-	}
-	// Other RPCs still reach raft: the member follows while it cannot lead.
-	answered := make(chan error, 1)
-	go func() {
-		answered <- a.AppendEntries("b", addrB, &raft.AppendEntriesRequest{Term: 1}, &raft.AppendEntriesResponse{})
-	}()
-	rpc := <-consumer
-	if _, ok := rpc.Command.(*raft.AppendEntriesRequest); !ok {
-		t.Fatalf("raft received %T, want the append", rpc.Command)
-	}
-	rpc.Respond(&raft.AppendEntriesResponse{}, nil)
-	if err := <-answered; err != nil {
-		t.Fatal(err)
-	}
-
-	s.clear(quiet)
-	go func() {
-		answered <- a.TimeoutNow("b", addrB, &raft.TimeoutNowRequest{}, &raft.TimeoutNowResponse{})
-	}()
-	rpc = <-consumer
-	if _, ok := rpc.Command.(*raft.TimeoutNowRequest); !ok {
-		t.Fatalf("raft received %T, want the TimeoutNow", rpc.Command)
-	}
-	rpc.Respond(&raft.TimeoutNowResponse{}, nil)
-	if err := <-answered; err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -322,43 +245,48 @@ func TestTimeoutNowRefusedWhileUnwritable(t *testing.T) {
 func TestProbeClearsOnceTheDiskTakesWrites(t *testing.T) {
 	dir := t.TempDir()
 	var opens atomic.Int32
-	open := func() (logStore, error) {
+	open := func() (backend, error) {
 		opens.Add(1)
-		return openLogStore(dir, LogStoreBoltDB, hclog.NewNullLogger())
+		return openStore(dir, BoltDB, hclog.NewNullLogger())
 	}
-	store, err := open()
+	disk, err := open()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ticks := make(chan time.Time) // unbuffered: a send returns once the probe took it
-	n := &Node{
-		cfg:       Config{DataDir: filepath.Join(dir, "later")},
-		log:       quiet,
-		store:     &reopenableStore{store: store, open: open},
-		storeKind: LogStoreBoltDB,
-		stop:      make(chan struct{}),
-		ticker:    func(time.Duration) (<-chan time.Time, func()) { return ticks, func() {} },
+	h := NewHealth(quiet)
+	s := &Store{
+		dir:    filepath.Join(dir, "later"),
+		kind:   BoltDB,
+		log:    quiet,
+		health: h,
+		disk:   disk,
+		open:   open,
+		ticker: func(time.Duration) (<-chan time.Time, func()) { return ticks, func() {} },
 	}
-	n.done.Add(1)
-	go n.probeStorage()
+	stop, probed := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(probed)
+		s.Probe(stop)
+	}()
 	defer func() {
-		close(n.stop)
-		n.done.Wait()
-		n.store.Close()
+		close(stop)
+		<-probed
+		s.Close()
 	}()
 
-	changed := n.StorageChange()
-	n.storage.fail(quiet, "append to the raft log", errDiskFull)
+	changed := h.Changed()
+	h.Fail("append to the raft log", errDiskFull)
 	<-changed
-	changed = n.StorageChange()
+	changed = h.Changed()
 	// The probe's directory does not exist yet: its writes fail. The
 	// second tick is taken only after the first try ended.
 	ticks <- time.Time{}
 	ticks <- time.Time{}
-	if n.StorageErr() == nil || opens.Load() != 1 {
-		t.Fatalf("the probe cleared the state (%v) or reopened the store (%d opens) on a disk that takes no writes", n.StorageErr(), opens.Load())
+	if h.Err() == nil || opens.Load() != 1 {
+		t.Fatalf("the probe cleared the state (%v) or reopened the store (%d opens) on a disk that takes no writes", h.Err(), opens.Load())
 	}
-	if err := os.Mkdir(n.cfg.DataDir, 0o700); err != nil {
+	if err := os.Mkdir(s.dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	for cleared := false; !cleared; {
@@ -368,13 +296,13 @@ func TestProbeClearsOnceTheDiskTakesWrites(t *testing.T) {
 			cleared = true
 		}
 	}
-	if err := n.StorageErr(); err != nil {
+	if err := h.Err(); err != nil {
 		t.Fatalf("after a probe that could write: %v", err)
 	}
 	if got := opens.Load(); got != 2 {
 		t.Fatalf("%d opens, want 2: the store was not reopened", got)
 	}
-	if _, err := n.store.LastIndex(); err != nil {
+	if _, err := s.LastIndex(); err != nil {
 		t.Fatalf("the reopened store: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package node
+package logstore
 
 import (
 	"bytes"
@@ -15,7 +15,6 @@ import (
 	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestWALShortenedLogRefused changes the type byte of the first frame of
@@ -25,7 +24,7 @@ import (
 func TestWALShortenedLogRefused(t *testing.T) {
 	store := func(t *testing.T, dir string, from, to int) {
 		t.Helper()
-		s, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
+		s, err := openStore(dir, WAL, hclog.NewNullLogger())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,7 +37,7 @@ func TestWALShortenedLogRefused(t *testing.T) {
 	}
 	reopen := func(t *testing.T, dir string, deleteFrom, deleteTo uint64) (first, last uint64) {
 		t.Helper()
-		s, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
+		s, err := openStore(dir, WAL, hclog.NewNullLogger())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,8 +65,8 @@ func TestWALShortenedLogRefused(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.Close()
-		_, err = openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
-		var corrupt *CorruptLogError
+		_, err = openStore(dir, WAL, hclog.NewNullLogger())
+		var corrupt *CorruptError
 		if !errors.As(err, &corrupt) || !errors.Is(err, errLogShortened) || !strings.Contains(err.Error(), "ends at entry 0, but entries up to 20 were written") {
 			t.Fatalf("open after a damaged frame header: %v", err)
 		}
@@ -107,31 +106,34 @@ func TestWALShortenedLogRefused(t *testing.T) {
 }
 
 // TestWALIsMonotonic: raft learns that the wal refuses gaps through every
-// wrapper between it and raft, so it clears the log after installing a
-// snapshot instead of appending past a gap.
+// wrapper between it and raft, as a member stacks them (the entry sums,
+// Store, Verifier, raft's log cache, Guard), so it clears the log after
+// installing a snapshot instead of appending past a gap.
 func TestWALIsMonotonic(t *testing.T) {
-	s, err := openLogStore(t.TempDir(), LogStoreWAL, hclog.NewNullLogger())
+	s, err := Open(Config{DataDir: t.TempDir(), Kind: WAL, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	cache, err := raft.NewLogCache(16, timedLogStore{s, prometheus.NewHistogram(prometheus.HistogramOpts{Name: "h"})})
+	v := s.Verifier(1)
+	defer v.Close()
+	cache, err := raft.NewLogCache(16, v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !isMonotonic(cache) {
+	if !isMonotonic(s.Health().Guard(cache)) {
 		t.Fatal("raft would not see the wal as monotonic")
 	}
 }
 
 // TestWALFailedOpenReleasesMetaDB: a wal whose meta database holds a state
 // raft-wal cannot parse fails to open, and once it is repaired opens again
-// in the same process, as the storage probe's retries do (reopenableStore).
+// in the same process, as the storage probe's retries do (Store.reopen).
 // raft-wal alone keeps the meta database's lock after the failed open, and
 // the next open waits for it forever.
 func TestWALFailedOpenReleasesMetaDB(t *testing.T) {
-	dir := writeStore(t, LogStoreWAL, 10)
-	path, _ := boltPath(dir, LogStoreWAL)
+	dir := writeStore(t, WAL, 10)
+	path, _ := boltPath(dir, WAL)
 	pristine, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -144,16 +146,16 @@ func TestWALFailedOpenReleasesMetaDB(t *testing.T) {
 	if err := os.WriteFile(path, damaged, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var corrupt *CorruptLogError
-	if _, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger()); !errors.As(err, &corrupt) || !errors.Is(err, wal.ErrCorrupt) {
-		t.Fatalf("open with the state damaged: %v, want raft-wal's ErrCorrupt in a CorruptLogError", err)
+	var corrupt *CorruptError
+	if _, err := openStore(dir, WAL, hclog.NewNullLogger()); !errors.As(err, &corrupt) || !errors.Is(err, wal.ErrCorrupt) {
+		t.Fatalf("open with the state damaged: %v, want raft-wal's ErrCorrupt in a CorruptError", err)
 	}
 	if err := os.WriteFile(path, pristine, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	opened := make(chan error, 1)
 	go func() {
-		s, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
+		s, err := openStore(dir, WAL, hclog.NewNullLogger())
 		if err == nil {
 			s.Close()
 		}
@@ -175,7 +177,7 @@ func TestWALFailedOpenReleasesMetaDB(t *testing.T) {
 // raft-wal 0.4.2 alone refuses every append to it with "segment is
 // sealed", across restarts.
 func TestWALRotationCutShort(t *testing.T) {
-	dir := writeStore(t, LogStoreWAL, 20)
+	dir := writeStore(t, WAL, 20)
 	wdir := filepath.Join(dir, walDir)
 
 	// Seal the tail as a rotation's last append does, and stop there.
@@ -195,7 +197,7 @@ func TestWALRotationCutShort(t *testing.T) {
 	}
 	w.Close()
 
-	s, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
+	s, err := openStore(dir, WAL, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatalf("open with the rotation cut short: %v", err)
 	}
@@ -205,7 +207,7 @@ func TestWALRotationCutShort(t *testing.T) {
 		}
 	}
 	s.Close()
-	s, err = openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
+	s, err = openStore(dir, WAL, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatalf("reopen: %v", err)
 	}

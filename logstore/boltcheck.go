@@ -1,4 +1,4 @@
-package node
+package logstore
 
 import (
 	"bytes"
@@ -53,7 +53,7 @@ func (e *boltDamage) Is(target error) bool {
 // empty file was never a store in the making.
 //
 // The cost is one read of every page in use; bbolt's open of raft.db walks
-// the same pages to rebuild its freelist, and openLogStore then reads every
+// the same pages to rebuild its freelist, and openStore then reads every
 // entry (BenchmarkCheckBolt, on a raft.db of 100,000 entries, 79 MiB, in
 // the page cache: about 70 ms, of the 370 ms the whole open takes; bbolt's
 // own Tx.Check takes about 85).

@@ -1,6 +1,6 @@
 //go:build linux
 
-package node
+package logstore
 
 import (
 	"bytes"
@@ -27,16 +27,16 @@ import (
 // write commits only after the leader's own append. ns/op is the time one
 // append takes.
 //
-//	go test -run '^$' -bench LogAppend -benchtime 2000x ./node/
+//	go test -run '^$' -bench LogAppend -benchtime 2000x ./logstore/
 func BenchmarkLogAppend(b *testing.B) {
 	data := make([]byte, 300)
 	for _, writers := range []int{1, 3} {
-		for _, kind := range []string{LogStoreBoltDB, LogStoreWAL} {
+		for _, kind := range []string{BoltDB, WAL} {
 			for _, batch := range []int{1, 64} {
 				b.Run(fmt.Sprintf("%s/batch=%d/writers=%d", kind, batch, writers), func(b *testing.B) {
 					appends := make([]func(i int) error, writers)
 					for w := range appends {
-						s, err := openLogStore(b.TempDir(), kind, hclog.NewNullLogger())
+						s, err := openStore(b.TempDir(), kind, hclog.NewNullLogger())
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -104,16 +104,16 @@ func TestChooseLogStore(t *testing.T) {
 		want  string
 		err   string
 	}{
-		{name: "new dir, none asked", want: DefaultLogStore},
-		{name: "new dir, boltdb asked", asked: LogStoreBoltDB, want: LogStoreBoltDB},
-		{name: "new dir, wal asked", asked: LogStoreWAL, want: LogStoreWAL},
-		{name: "snapshot only (restored), wal asked", files: []string{"snapshots/"}, asked: LogStoreWAL, want: LogStoreWAL},
-		{name: "bolt dir, none asked", files: []string{boltFile}, want: LogStoreBoltDB},
-		{name: "wal dir, none asked", files: []string{walDir + "/"}, want: LogStoreWAL},
-		{name: "bolt dir, boltdb asked", files: []string{boltFile}, asked: LogStoreBoltDB, want: LogStoreBoltDB},
-		{name: "bolt dir, wal asked", files: []string{boltFile}, asked: LogStoreWAL,
+		{name: "new dir, none asked", want: Default},
+		{name: "new dir, boltdb asked", asked: BoltDB, want: BoltDB},
+		{name: "new dir, wal asked", asked: WAL, want: WAL},
+		{name: "snapshot only (restored), wal asked", files: []string{"snapshots/"}, asked: WAL, want: WAL},
+		{name: "bolt dir, none asked", files: []string{boltFile}, want: BoltDB},
+		{name: "wal dir, none asked", files: []string{walDir + "/"}, want: WAL},
+		{name: "bolt dir, boltdb asked", files: []string{boltFile}, asked: BoltDB, want: BoltDB},
+		{name: "bolt dir, wal asked", files: []string{boltFile}, asked: WAL,
 			err: "holds a boltdb log store but --log-store wal was given: start with --log-store boltdb"},
-		{name: "wal dir, boltdb asked", files: []string{walDir + "/"}, asked: LogStoreBoltDB,
+		{name: "wal dir, boltdb asked", files: []string{walDir + "/"}, asked: BoltDB,
 			err: "holds a wal log store but --log-store boltdb was given: start with --log-store wal"},
 		{name: "both", files: []string{boltFile, walDir + "/"}, err: "holds both"},
 		{name: "unknown", asked: "rocksdb", err: `unknown log store "rocksdb"`},
@@ -131,15 +131,15 @@ func TestChooseLogStore(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, err := chooseLogStore(dir, tc.asked)
+			got, err := choose(dir, tc.asked)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("chooseLogStore(%v, %q) = %q, %v; want error %q", tc.files, tc.asked, got, err, tc.err)
+					t.Fatalf("choose(%v, %q) = %q, %v; want error %q", tc.files, tc.asked, got, err, tc.err)
 				}
 				return
 			}
 			if err != nil || got != tc.want {
-				t.Fatalf("chooseLogStore(%v, %q) = %q, %v; want %q", tc.files, tc.asked, got, err, tc.want)
+				t.Fatalf("choose(%v, %q) = %q, %v; want %q", tc.files, tc.asked, got, err, tc.want)
 			}
 		})
 	}
@@ -148,10 +148,10 @@ func TestChooseLogStore(t *testing.T) {
 // TestWALEntryChecksum stores entries, changes one byte of an early one in
 // the segment file, and opens the store again: raft-wal alone would read
 // the changed entry back (it checks only the newest batch's CRC when it
-// opens); checkedCodec's per-entry checksum refuses it.
+// opens); checkedStore's per-entry checksum refuses it.
 func TestWALEntryChecksum(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
+	s, err := openStore(dir, WAL, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,19 +178,19 @@ func TestWALEntryChecksum(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, err = openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
-	var corrupt *CorruptLogError
+	_, err = openStore(dir, WAL, hclog.NewNullLogger())
+	var corrupt *CorruptError
 	if !errors.As(err, &corrupt) || !errors.Is(err, errEntryChecksum) || !strings.Contains(err.Error(), "entry 4 of 1..20") {
 		t.Fatalf("open after a changed byte: %v", err)
 	}
 }
 
 // TestWALHeaderDamage: a segment header that no longer matches raft-wal's
-// meta database is raft-wal's own ErrCorrupt, reported as a CorruptLogError
+// meta database is raft-wal's own ErrCorrupt, reported as a CorruptError
 // like a failed entry checksum.
 func TestWALHeaderDamage(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
+	s, err := openStore(dir, WAL, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,8 +215,8 @@ func TestWALHeaderDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	_, err = openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
-	var corrupt *CorruptLogError
+	_, err = openStore(dir, WAL, hclog.NewNullLogger())
+	var corrupt *CorruptError
 	if !errors.As(err, &corrupt) || !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), "BaseIndex") {
 		t.Fatalf("open after a damaged segment header: %v", err)
 	}
@@ -226,12 +226,12 @@ func TestWALHeaderDamage(t *testing.T) {
 // first opener forever; the store's own lock answers at once.
 func TestWALRefusesSecondOpener(t *testing.T) {
 	dir := t.TempDir()
-	s, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger())
+	s, err := openStore(dir, WAL, hclog.NewNullLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := openLogStore(dir, LogStoreWAL, hclog.NewNullLogger()); !errors.Is(err, errStoreLocked) {
+	if _, err := openStore(dir, WAL, hclog.NewNullLogger()); !errors.Is(err, errStoreLocked) {
 		t.Fatalf("second open: %v, want %v", err, errStoreLocked)
 	}
 }
@@ -239,10 +239,10 @@ func TestWALRefusesSecondOpener(t *testing.T) {
 // TestLogStoreSize: corenode_kv_db_size_bytes counts the files of whichever
 // store the member opened, and only those.
 func TestLogStoreSize(t *testing.T) {
-	for _, kind := range []string{LogStoreWAL, LogStoreBoltDB} {
+	for _, kind := range []string{WAL, BoltDB} {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
-			s, err := openLogStore(dir, kind, hclog.NewNullLogger())
+			s, err := openStore(dir, kind, hclog.NewNullLogger())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -264,13 +264,13 @@ func TestLogStoreSize(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := logStoreSize(dir, kind); got != want || got <= 0 {
-				t.Fatalf("logStoreSize = %d, want the %d bytes in %s", got, want, dir)
+			if got := diskSize(dir, kind); got != want || got <= 0 {
+				t.Fatalf("size = %d, want the %d bytes in %s", got, want, dir)
 			}
-			if other := map[string]string{LogStoreWAL: LogStoreBoltDB, LogStoreBoltDB: LogStoreWAL}[kind]; logStoreSize(dir, other) != 0 {
+			if other := map[string]string{WAL: BoltDB, BoltDB: WAL}[kind]; diskSize(dir, other) != 0 {
 				t.Fatalf("the %s store's size counts in a %s data dir", other, kind)
 			}
-			if kind == LogStoreWAL && want < walSegmentSize {
+			if kind == WAL && want < walSegmentSize {
 				t.Fatalf("wal holds %d bytes, less than one preallocated segment (%d)", want, walSegmentSize)
 			}
 		})

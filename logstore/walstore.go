@@ -1,4 +1,4 @@
-package node
+package logstore
 
 import (
 	"encoding/binary"
@@ -131,7 +131,7 @@ func (s walStore) Close() error {
 // raft-wal fsyncs every append before StoreLogs returns (a commit frame with
 // a CRC of the batch, then fsync), and on opening checks only the last
 // batch of the newest segment: a torn last batch is dropped as never
-// acknowledged. It reads records back without a checksum, so openLogStore
+// acknowledged. It reads records back without a checksum, so openStore
 // wraps it in checkedStore.
 func openWAL(dir string, logger hclog.Logger) (walStore, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -163,7 +163,7 @@ func openWAL(dir string, logger hclog.Logger) (walStore, error) {
 	// raft-wal 0.4.2 leaves its meta database open when Open fails after
 	// opening it (a state it cannot parse, a segment it cannot read), and
 	// with it bbolt's flock: the storage probe's next try to open the log
-	// (reopenableStore) would wait on that lock forever, as raft-wal opens
+	// (Store.reopen) would wait on that lock forever, as raft-wal opens
 	// it with no timeout. Passing the meta database in lets this close it.
 	meta := &metadb.BoltMetaDB{}
 	err = finishRotation(dir, meta, logger)

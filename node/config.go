@@ -1,0 +1,117 @@
+package node
+
+import (
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/corenode/corenode/auth"
+	"github.com/corenode/corenode/fsm"
+)
+
+// Config configures one member.
+type Config struct {
+	Name    string
+	DataDir string
+	// ID is this member's ID (see MemberID) unless its data dir keeps
+	// another, or ResolveID gives one.
+	ID uint64
+	// ResolveID, when set, is asked for this member's ID when its data dir
+	// holds no raft state and it joins a running cluster (Bootstrap false):
+	// a member added with etcdctl member add learns the ID the cluster
+	// gave it by its peer URLs. It may block on the network; an error
+	// stops New.
+	ResolveID func() (uint64, error)
+	// PeerURLs are this member's advertised peer URLs; the first one's host:port
+	// is its raft address.
+	PeerURLs   []string
+	ClientURLs []string
+	// Transport carries raft RPCs between members.
+	Transport raft.Transport
+	// Bootstrap, when the data dir holds no raft state, starts a new cluster
+	// with InitialMembers (every initial member bootstraps with the same list).
+	// Without it the member waits to be added by an existing cluster.
+	Bootstrap      bool
+	InitialMembers []raft.Server
+	// InitialMembersErr says why InitialMembers could not be made; New
+	// fails with it only when it would bootstrap.
+	InitialMembersErr error
+	// ClusterToken salts the IDs of members this member adds as leader
+	// (--initial-cluster-token).
+	ClusterToken string
+	// StrictReconfigCheck refuses membership changes that could cost the
+	// cluster its quorum, as etcd's --strict-reconfig-check (reconfig.go).
+	StrictReconfigCheck bool
+	// MaxLearners bounds the learners in the cluster (etcd's
+	// --max-learners); zero means DefaultMaxLearners.
+	MaxLearners int
+
+	HeartbeatInterval time.Duration
+	ElectionTimeout   time.Duration
+	// CommitNotify is hashicorp/raft's CommitTimeout: how often a leader
+	// with nothing new to send still sends every follower an empty append
+	// (randomized up to twice that). Followers learn of new commits from
+	// the leader's commit notifier within about a millisecond (see
+	// tellCommits), so this is only the fallback, and what an idle
+	// cluster spends its CPU on. Zero means 50 ms.
+	CommitNotify time.Duration
+	// SnapshotCount is the number of applied entries that triggers a snapshot
+	// and log truncation.
+	SnapshotCount uint64
+	// SnapshotInterval is how often raft checks SnapshotCount.
+	SnapshotInterval time.Duration
+	// LogStore names the raft log store: logstore.WAL or logstore.BoltDB.
+	// An existing data dir keeps the store it holds and refuses another by
+	// name (logstore.MismatchError); empty means that store, or
+	// logstore.Default in a new data dir.
+	LogStore string
+	// StorageProbeInterval is how often a member that cannot persist its
+	// raft state (a full disk) tries the disk again (logstore's Probe);
+	// zero means 1 s.
+	StorageProbeInterval time.Duration
+	// LogVerifyInterval is how often the leader appends a log verification
+	// checkpoint (logverify.go); zero means DefaultLogVerifyInterval.
+	LogVerifyInterval time.Duration
+
+	Logger *slog.Logger
+	// RaftLog receives hashicorp/raft's own warnings; nil means stderr.
+	RaftLog io.Writer
+	// LeaseObserver hears lease grants and removals as they apply (the
+	// leader's expiry tracker).
+	LeaseObserver fsm.LeaseObserver
+	// Auth is the member's auth state (its local token TTL, clock and
+	// bcrypt cost); nil means auth.Config's defaults.
+	Auth *auth.Store
+	// Metrics, when set, registers the member's raft, proposal and disk series.
+	Metrics prometheus.Registerer
+}
+
+// withDefaults is cfg with its zero durations and counts, and its logger,
+// given their defaults.
+func (cfg Config) withDefaults() Config {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = 100 * time.Millisecond
+	}
+	if cfg.ElectionTimeout == 0 {
+		cfg.ElectionTimeout = time.Second
+	}
+	if cfg.CommitNotify == 0 {
+		cfg.CommitNotify = 50 * time.Millisecond
+	}
+	if cfg.SnapshotCount == 0 {
+		cfg.SnapshotCount = 10000
+	}
+	if cfg.SnapshotInterval == 0 {
+		cfg.SnapshotInterval = 30 * time.Second
+	}
+	if cfg.LogVerifyInterval == 0 {
+		cfg.LogVerifyInterval = DefaultLogVerifyInterval
+	}
+	return cfg
+}
