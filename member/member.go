@@ -10,28 +10,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
-	"net/url"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/checkpoint"
-	"github.com/corenode/corenode/fsm"
 	"github.com/corenode/corenode/integrity"
-	"github.com/corenode/corenode/kv"
 	"github.com/corenode/corenode/lease"
 	"github.com/corenode/corenode/lessor"
 	"github.com/corenode/corenode/node"
@@ -40,139 +32,6 @@ import (
 	"github.com/corenode/corenode/transport"
 	"github.com/corenode/corenode/transport/nameserver"
 )
-
-// Config is one member's configuration; the corenode command fills it from
-// etcd-named flags.
-type Config struct {
-	Name                     string
-	DataDir                  string
-	ListenClientURLs         []string
-	AdvertiseClientURLs      []string
-	ListenPeerURLs           []string
-	InitialAdvertisePeerURLs []string
-	// InitialCluster is "name=peerURL,name=peerURL,..." as etcd takes it.
-	InitialCluster      string
-	InitialClusterState string // "new" or "existing"
-	InitialClusterToken string
-	// StrictReconfigCheck refuses membership changes that could cost the
-	// cluster its quorum, as etcd's --strict-reconfig-check (true there by
-	// default; the zero value here is off, the corenode command's default on).
-	StrictReconfigCheck bool
-	// MaxLearners bounds the learners (etcd's --max-learners); zero means 1.
-	MaxLearners int
-
-	HeartbeatInterval time.Duration
-	ElectionTimeout   time.Duration
-	// CommitNotifyInterval: see node.Config.
-	CommitNotifyInterval time.Duration
-	SnapshotCount        uint64
-	MaxRequestBytes      int
-	MaxTxnOps            int
-	// LogStore is the raft log store (logstore.WAL or
-	// logstore.BoltDB); see node.Config.LogStore.
-	LogStore string
-
-	// ClientTLS serves https:// client URLs; PeerTLS serves https:// peer URLs
-	// and is what this member presents when it dials other members.
-	ClientTLS TLSInfo
-	PeerTLS   TLSInfo
-	// SelfSignedCertValidity is how many years a certificate made for
-	// AutoTLS is valid (etcd's --self-signed-cert-validity); zero means 1.
-	SelfSignedCertValidity uint
-
-	// Listeners already bound, used instead of opening the listen URLs
-	// (tests bind port 0 first so they know the addresses).
-	PeerListener    net.Listener
-	ClientListeners []net.Listener
-
-	Logger *slog.Logger
-	// RaftLog receives hashicorp/raft's own log lines; nil means stderr.
-	RaftLog io.Writer
-	// Metrics registers the member's Prometheus series; nil registers none
-	// (several members in one test process would collide). /metrics serves
-	// what Gatherer gathers, Metrics itself when that is a Registry.
-	Metrics  prometheus.Registerer
-	Gatherer prometheus.Gatherer
-	// EnablePprof serves Go's profiles under /debug/pprof/ on the client
-	// URLs, as etcd's --enable-pprof does.
-	EnablePprof bool
-	// LeaseCheckpointAfter and LeaseTick tune lease checkpoints (see
-	// lease.TrackerConfig and checkpoint.Config); zero means the defaults.
-	LeaseCheckpointAfter time.Duration
-	LeaseTick            time.Duration
-	LeaseBatch           int
-	// WatchProgressNotify is etcd's --watch-progress-notify-interval; zero
-	// means etcd's default of 10 minutes.
-	WatchProgressNotify time.Duration
-	// QuotaBackendBytes is etcd's --quota-backend-bytes: past it, writes that
-	// add data are refused and a NOSPACE alarm is raised. Zero means etcd's
-	// default, DefaultQuotaBackendBytes; less than zero means no quota.
-	QuotaBackendBytes int64
-	// AuthTokenTTL is how long a simple auth token lives after its last use
-	// (etcd's --auth-token-ttl); zero means etcd's 300 s. BcryptCost is
-	// etcd's --bcrypt-cost for passwords hashed on this member; zero means
-	// 10. With ClientTLS.ClientCertAuth, a verified certificate's common
-	// name is the user of a call without a token, as in etcd.
-	AuthTokenTTL time.Duration
-	BcryptCost   int
-	// AuthTokens is etcd's --auth-token, parsed: simple tokens (the zero
-	// value) or JWTs. Give every member the same.
-	AuthTokens auth.TokenKind
-
-	// CorruptCheckTime is how often the leader compares the members' hashes
-	// of the key space and raises CORRUPT for one that differs from the
-	// majority (package integrity); zero turns the check off.
-	CorruptCheckTime time.Duration
-	// LogVerifyInterval is how often the leader appends a raft log
-	// verification checkpoint (node.Config.LogVerifyInterval); zero means
-	// node.DefaultLogVerifyInterval.
-	LogVerifyInterval time.Duration
-
-	// ReadLeaseDuration is the read lease the leader grants to cache
-	// sessions (package readlease): zero means DefaultReadLeaseDuration, less
-	// than zero grants none. ReadLeaseMaxKeys and ReadLeaseMaxHoldersPerKey
-	// bound the leader's table (zero: the defaults).
-	ReadLeaseDuration         time.Duration
-	ReadLeaseMaxKeys          int
-	ReadLeaseMaxHoldersPerKey int
-
-	// DNS answers service lookups over DNS when DNS.Addr is set (dns.go).
-	DNS DNSConfig
-}
-
-// Read-lease defaults. A longer lease serves more reads from memory and
-// makes a write to a key whose holder died wait longer (at most this long).
-const (
-	DefaultReadLeaseDuration         = 2 * time.Second
-	DefaultReadLeaseMaxKeys          = 100_000
-	DefaultReadLeaseMaxHoldersPerKey = 10_000
-)
-
-func readLeaseConfig(cfg Config, logger *slog.Logger) readlease.Config {
-	rc := readlease.Config{
-		Duration: cmp.Or(cfg.ReadLeaseDuration, DefaultReadLeaseDuration),
-		// Short against the lease, and longer than a confirmation round
-		// takes on a healthy cluster (one round trip to a quorum).
-		Window: cmp.Or(cfg.ElectionTimeout, time.Second) / 4, // node's default
-		// Live holders answer an invalidation within a few round trips; a
-		// read waits that long for a write still waiting for them, and no
-		// longer, so a holder that died does not stall the key's readers.
-		HolderWait: 20 * time.Millisecond,
-		Limits: readlease.Limits{
-			MaxKeys:          cmp.Or(cfg.ReadLeaseMaxKeys, DefaultReadLeaseMaxKeys),
-			MaxHoldersPerKey: cmp.Or(cfg.ReadLeaseMaxHoldersPerKey, DefaultReadLeaseMaxHoldersPerKey),
-		},
-		Logger:  logger,
-		Metrics: cfg.Metrics,
-	}
-	if rc.Duration < 0 {
-		rc.Duration = 0
-	}
-	return rc
-}
-
-// DefaultQuotaBackendBytes is etcd's default space quota, 2 GiB.
-const DefaultQuotaBackendBytes = 2 << 30
 
 // Member is a running member.
 type Member struct {
@@ -199,69 +58,6 @@ type Member struct {
 	wg    sync.WaitGroup
 	once  sync.Once
 	err   error
-}
-
-// ParseInitialCluster parses etcd's --initial-cluster form into name -> peer URLs.
-func ParseInitialCluster(s string) (map[string][]string, error) {
-	out := map[string][]string{}
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		name, u, ok := strings.Cut(part, "=")
-		if !ok || name == "" || u == "" {
-			return nil, fmt.Errorf("--initial-cluster: %q is not name=peer-url", part)
-		}
-		if _, err := hostPort(u); err != nil {
-			return nil, fmt.Errorf("--initial-cluster: member %s: %w", name, err)
-		}
-		out[name] = append(out[name], u)
-	}
-	if len(out) == 0 {
-		return nil, errors.New("--initial-cluster is empty")
-	}
-	return out, nil
-}
-
-func hostPort(rawURL string) (string, error) {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "", fmt.Errorf("bad URL %q: %w", rawURL, err)
-	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return "", fmt.Errorf("bad URL %q: the scheme must be http or https", rawURL)
-	}
-	if u.Port() == "" {
-		return "", fmt.Errorf("bad URL %q: a port is required", rawURL)
-	}
-	return u.Host, nil
-}
-
-func isHTTPS(rawURL string) bool { return strings.HasPrefix(rawURL, "https://") }
-
-// initialServers is the raft configuration --initial-cluster describes,
-// after checking that it names this member with its advertised peer URLs.
-func initialServers(name, initialCluster, token string, advertisePeerURLs []string) ([]raft.Server, error) {
-	initial, err := ParseInitialCluster(initialCluster)
-	if err != nil {
-		return nil, err
-	}
-	if _, ok := initial[name]; !ok {
-		return nil, fmt.Errorf("--initial-cluster has no member named %q (--name)", name)
-	}
-	if !slices.Equal(sorted(initial[name]), sorted(advertisePeerURLs)) {
-		return nil, fmt.Errorf("--initial-cluster gives %s peer URLs %v but --initial-advertise-peer-urls is %v",
-			name, initial[name], advertisePeerURLs)
-	}
-	var servers []raft.Server
-	for _, urls := range initial {
-		addr, _ := hostPort(urls[0])
-		servers = append(servers, raft.Server{Suffrage: raft.Voter,
-			ID: node.ServerID(node.MemberID(urls, token)), Address: raft.ServerAddress(addr)})
-	}
-	slices.SortFunc(servers, func(a, b raft.Server) int { return strings.Compare(string(a.ID), string(b.ID)) })
-	return servers, nil
 }
 
 // Start starts a member and returns once it serves; the cluster may still be
@@ -517,64 +313,6 @@ func Start(cfg Config) (*Member, error) {
 	logger.Info("serving", "client", m.ClientAddrs(), "peer", peerLn.Addr().String(), "data-dir", cfg.DataDir, "log-store", m.node.LogStore(),
 		"auth-token", cfg.AuthTokens.String(), "id", fmt.Sprintf("%x", m.node.ID()))
 	return m, nil
-}
-
-// MinTTL is the smallest lease TTL granted, in seconds: etcd's rule of one
-// and a half election timeouts, rounded up, so a lease outlives an election.
-func MinTTL(electionTimeout time.Duration) int64 {
-	if electionTimeout <= 0 {
-		electionTimeout = time.Second
-	}
-	ms := (3*electionTimeout/2 + time.Second - 1) / time.Second
-	return max(int64(ms), 1)
-}
-
-// proposer adapts the node to what the lease scheduler proposes.
-type proposer struct{ n *node.Node }
-
-func (p proposer) ProposeCheckpoint(ctx context.Context, c *lease.Checkpoint) error {
-	_, err := p.n.Propose(ctx, fsm.OpLeaseCheckpoint, c)
-	return err
-}
-
-func (p proposer) ProposeExpire(ctx context.Context, e *lease.Expire) error {
-	_, err := p.n.Propose(ctx, fsm.OpLeaseExpire, e)
-	return err
-}
-
-func (p proposer) PromoteLeases(fn func(int64, []lease.Lease)) { p.n.FSM().PromoteLeases(fn) }
-
-// integrityCluster gives the corruption check the member's view of the
-// cluster: its own store, and the others' hashes over the peer port.
-type integrityCluster struct {
-	n *node.Node
-	s *server.Server
-}
-
-func (c integrityCluster) Self() uint64 { return c.n.ID() }
-
-func (c integrityCluster) Voters() ([]uint64, error) { return c.n.VoterIDs() }
-
-func (c integrityCluster) LocalHash(rev int64) (kv.KVHash, error) { return c.n.Store().HashKV(rev) }
-
-func (c integrityCluster) PeerHash(ctx context.Context, id uint64, rev int64) (kv.KVHash, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	return c.s.PeerHashKV(ctx, id, rev)
-}
-
-func (c integrityCluster) Corrupt(id uint64) bool {
-	return c.n.FSM().HasAlarm(id, pb.AlarmType_CORRUPT)
-}
-
-func (c integrityCluster) RaiseCorrupt(ctx context.Context, id uint64) error {
-	return c.s.RaiseAlarm(ctx, id, pb.AlarmType_CORRUPT)
-}
-
-func sorted(s []string) []string {
-	c := slices.Clone(s)
-	slices.Sort(c)
-	return c
 }
 
 func (m *Member) serve(f func() error) {
