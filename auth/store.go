@@ -1,23 +1,3 @@
-// Package auth is corenode's access control, with etcd's model and
-// answers: users with bcrypt password hashes (or none, for certificate
-// users), roles that grant read, write or both on a key, a range or a
-// prefix, the "root" role that may do everything, and the auth revision,
-// which every change advances so a request checked against an older
-// revision is refused where it applies (ErrAuthOldRevision) rather than
-// acted on with permissions that were since taken away.
-//
-// The replicated state changes only through Apply, called by the state
-// machine in log order; every member decides alike. Permission checks read
-// an immutable view, so the request path takes no lock. Password hashing
-// and checking (bcrypt, tens of milliseconds by design) happen on the member
-// that receives the request, never in Apply: a log entry carries a hash,
-// never a password, and applying it costs microseconds.
-//
-// Simple tokens (see tokens.go) are member-local, as etcd's are: each
-// member learns them by applying the Authenticate entry, and forgets them
-// after the TTL, a restart, a password change or AuthDisable. JWTs (see
-// jwt.go) are signed and carry their user, revision and expiry, so any
-// member with the key verifies them without having seen the login.
 package auth
 
 import (

@@ -1,12 +1,3 @@
-// Package fsm is corenode's raft.FSM: it decodes committed commands and
-// applies them to the kv (and, later, lease) state in one deterministic step,
-// and it snapshots and restores that state.
-//
-// Concurrency contract (hashicorp/raft's): Apply, ApplyBatch, Snapshot and
-// Restore are called from raft's single FSM goroutine, never concurrently
-// with each other. FSMSnapshot.Persist runs on another goroutine concurrently
-// with later applies, so Snapshot captures an immutable view. Readers
-// (Member, ClusterID, Lease, Leases, Store) may be called from any goroutine.
 package fsm
 
 import (

@@ -1,15 +1,3 @@
-// Package integrity is the leader-only corruption check: the members hash
-// their key space at a common revision (kv.Store.HashKV), and a member
-// whose hash differs from the one a majority agrees on is named with a
-// CORRUPT alarm, raised through raft, as etcd's periodic corruption check
-// does. A corrupted member then refuses to answer reads (see
-// transport), so a flipped byte on one disk costs that member, not a
-// wrong answer.
-//
-// The check catches state that diverged after it was written: a byte
-// changed on disk under the log or a snapshot, a bug that applied an entry
-// differently on one member. It cannot catch a write the leader itself
-// applied wrongly everywhere.
 package integrity
 
 import (

@@ -1,7 +1,3 @@
-// Package member starts one corenode member from a Config: it opens the
-// listeners, starts the node and serves the etcd v3 API, the peer port and
-// the HTTP endpoints. The corenode command and the in-process cluster tests
-// both start members through it, so tests exercise exactly what ships.
 package member
 
 import (

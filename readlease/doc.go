@@ -44,6 +44,6 @@
 //
 // readlease must never import gRPC (google.golang.org/grpc and its status
 // and codes), the cache protocol's generated code (api/cachepb), transport
-// or node: the member reaches it through Node, and the edge through
-// Manager and Session.
+// or node: the member reaches it through Node, the request layer (server)
+// through Manager, and the edge through Session (server.CacheSession).
 package readlease

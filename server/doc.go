@@ -11,13 +11,15 @@
 //   - the linearizable read (read.go);
 //   - forwarding to the leader and its retry policy, decided on typed
 //     errors, never on an error's text (forward.go);
-//   - request validation (validate.go) and the read permissions (auth.go).
+//   - request validation (kv's Check functions, called in kv.go) and the
+//     read permissions (auth.go);
+//   - the Lease API, run where it must run (lease.go: the rules are
+//     lessor's; a follower relays keep-alives over Peers);
+//   - alarms and the other maintenance calls (maintenance.go; the NOSPACE
+//     alarm is raised in write.go), and membership (cluster.go).
 //
-// It speaks no gRPC. The edge reaches it through KV, as etcd's v3rpc
-// reaches RaftKV; it reaches the leader through Peers and learns who a call
-// acts for through Callers, both of which the edge implements. It never
-// imports transport/.
-//
-// Not yet here (issue 34 continues): the lease relay, alarms, the
-// maintenance and cluster calls, which transport/ still serves itself.
+// It speaks no gRPC. The edge reaches it through KV, Leases, Cluster and
+// Maintenance, as etcd's v3rpc reaches RaftKV and Lessor; it reaches the
+// leader through Peers and learns who a call acts for through Callers,
+// both of which the edge implements. It never imports transport/.
 package server

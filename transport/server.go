@@ -1,6 +1,3 @@
-// Package transport holds corenode's network edges: the etcd v3 gRPC
-// services, follower-to-leader forwarding, the raft peer transport, and the
-// HTTP endpoints (/health, /livez, /readyz, /metrics).
 package transport
 
 import (

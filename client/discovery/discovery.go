@@ -1,14 +1,3 @@
-// Package discovery keeps a service's endpoint registered in corenode (or
-// any etcd v3 cluster) for as long as the service runs, under a lease, so
-// that the endpoint disappears on its own when the service stops renewing
-// it. Package discovery/resolver turns the registered endpoints into a gRPC
-// resolver.
-//
-// The storage format is the one of etcd's
-// go.etcd.io/etcd/client/v3/naming/endpoints: the key is service + "/" +
-// addr and the value is the JSON record endpoints.Manager writes. Services
-// registered with etcd's manager are found by this package's readers, and
-// etcd's manager and resolver find the endpoints registered here.
 package discovery
 
 import (

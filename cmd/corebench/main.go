@@ -1,14 +1,3 @@
-// Command corebench drives etcd v3 endpoints (etcd or corenode, it cannot
-// tell them apart) with named workloads and prints summaries in the style of
-// etcd's benchmark tool, so both systems are measured by the same client.
-//
-//	corebench put --endpoints a,b,c --total 10000 --val-size 256
-//	corebench range --consistency s --total 10000
-//	corebench expiry --leases 10000 --ttl 15 --json >>results.jsonl
-//	corebench compare etcd.jsonl corenode.jsonl
-//
-// With --json the summary goes to stderr and one JSON line to stdout;
-// compare turns two such files into a table of ratios.
 package main
 
 import (

@@ -1,13 +1,3 @@
-// Command corenode runs one member of a corenode cluster: a Raft-replicated
-// consistent core that speaks the etcd v3 API.
-//
-//	corenode                      one-member cluster on 127.0.0.1:2379
-//	corenode --name a ...         a member of a larger cluster (etcd's flags)
-//	corenode health [--endpoint]  exit 0 if the member answers /health true
-//	corenode snapshot restore F   seed a new cluster member from `etcdctl snapshot save` output
-//	corenode lock NAME -- CMD     run CMD only while holding the lock NAME
-//	corenode elect NAME V -- CMD  run CMD only while leading the election NAME with value V
-//	corenode register SVC ADDR    keep ADDR registered for SVC while its health check passes
 package main
 
 import (

@@ -1,8 +1,3 @@
-// Package authmatrix runs every etcd v3 RPC as each of four callers
-// against a cluster with auth enabled and reports what each got: "ok" or
-// the error's text. Run against etcd 3.6 it gives the reference table that
-// member's test holds corenode to (testdata/authmatrix.golden, made with
-// `go run ./test/authmatrix -endpoints URL` against a fresh etcd).
 package authmatrix
 
 import (

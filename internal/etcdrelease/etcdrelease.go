@@ -1,9 +1,3 @@
-// Package etcdrelease gives tests etcd's own binaries (etcd, etcdctl,
-// etcdutl) of a pinned release, for the tests that hand etcd corenode's
-// data or take etcd's. They are built from Go modules, as
-// scripts/bench-vs-etcd builds its etcd, once per machine: they are kept
-// in the user's cache directory (${XDG_CACHE_HOME:-~/.cache}/corenode/
-// etcd-VERSION/, where scripts/bench-vs-etcd keeps its etcd too).
 package etcdrelease
 
 import (

@@ -1,13 +1,3 @@
-// Package freeport finds TCP ports for test clusters whose members are
-// killed and started again on the same addresses.
-//
-// A port the kernel hands out for "127.0.0.1:0" comes from its ephemeral
-// range, the same range it draws the source ports of outgoing connections
-// from. Once a member on such a port is killed, any connection made on the
-// machine meanwhile (another member redialling, a client, a parallel test)
-// may take the port as its source, and the member's restart then fails
-// with "address already in use". The kernel never picks a source port
-// outside the ephemeral range, so ports chosen there stay ours.
 package freeport
 
 import (

@@ -1,8 +1,3 @@
-// Package round shares one answer among concurrent callers that each need an
-// answer computed after they asked: a linearizable read needs a leadership
-// confirmation (or a read index) whose questions were sent after the read
-// began, so a caller may join a round that has not started yet, and never
-// one already in flight.
 package round
 
 import (

@@ -1,8 +1,3 @@
-// Package testenv holds the project's one rule for a test that cannot run
-// on this machine: it skips on a developer's machine, and fails in CI
-// (CI=true), where a skip would let a build pass without the test having
-// run. scripts/test installs what the tests need, so in CI a missing tool is
-// a broken set-up, not a reason to pass.
 package testenv
 
 import (

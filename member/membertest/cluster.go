@@ -1,5 +1,3 @@
-// Package membertest runs corenode clusters inside a test process: real
-// gRPC, real raft and real BoltDB in temporary directories, on loopback.
 package membertest
 
 import (

@@ -1,13 +1,3 @@
-// Package nameserver answers DNS queries for the services registered in
-// corenode, so that any program finds them with its system resolver or
-// dig, without an etcd client: SERVICE.service.DOMAIN has one SRV record
-// per live endpoint and A/AAAA records for the endpoints that are IP
-// addresses.
-//
-// The answers come from the member's own applied state (State), as a
-// serializable read: see docs/discovery.md for the consistency this gives
-// and why. The package reads nothing else of the member and imports no
-// raft.
 package nameserver
 
 import (

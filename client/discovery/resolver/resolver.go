@@ -1,11 +1,3 @@
-// Package resolver is a gRPC resolver for the scheme "corenode": a client
-// dialing "corenode:///myservice" is given the live endpoints registered
-// under the prefix "myservice/" (by discovery.Register or by etcd's
-// endpoints.Manager), and follows them as they are registered, deregistered
-// and expire.
-//
-//	b := resolver.NewBuilder(cli)
-//	conn, err := grpc.NewClient("corenode:///myservice", grpc.WithResolvers(b), ...)
 package resolver
 
 import (

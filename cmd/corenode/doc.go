@@ -1,0 +1,36 @@
+// Command corenode runs one member of a corenode cluster: a Raft-replicated
+// consistent core that speaks the etcd v3 API.
+//
+//	corenode                      one-member cluster on 127.0.0.1:2379
+//	corenode --name a ...         a member of a larger cluster (etcd's flags)
+//	corenode health [--endpoint]  exit 0 if the member answers /health true
+//	corenode snapshot restore F   seed a new cluster member from `etcdctl snapshot save` output
+//	corenode lock NAME -- CMD     run CMD only while holding the lock NAME
+//	corenode elect NAME V -- CMD  run CMD only while leading the election NAME with value V
+//	corenode register SVC ADDR    keep ADDR registered for SVC while its health check passes
+//
+// Its job is the process, not the member: etcd's flag names (and
+// CORENODE_<FLAG> environment variables) checked and turned into a
+// member.Config, the signals and the exit status, the garbage collector's
+// headroom (gc.go), and the subcommands that run beside a cluster rather
+// than in it. Everything a member does is package member's, so the
+// in-process cluster tests start exactly what this command starts.
+//
+// The flows. A member starts in run (main.go): flags, member.Start, then a
+// wait for SIGINT, SIGTERM or the member's removal from the cluster, and
+// Close. `lock` and `elect` (hold.go) hold a client/election leadership and
+// run CMD under a watchdog, a second corenode process (watchdog.go) that
+// stops CMD at the holder-side deadline even while the supervising process
+// is paused. `register` (register.go) keeps an endpoint registered through
+// client/discovery while its health check passes. `snapshot restore`
+// (main.go) seeds a new data dir from etcd's or corenode's snapshot file
+// through member.Restore. The holder subcommands connect with etcdctl's
+// flags and environment (conn.go).
+//
+// Where it sits: at the top; nothing imports it. It imports member to run
+// a member; node, transport and auth only for flag defaults and parsing
+// (log store names, the learner limit, the progress-notify default, token
+// kinds and bcrypt costs); and client/election and client/discovery for
+// the holder subcommands, which reach a cluster over the wire API like any
+// other client.
+package main
