@@ -16,8 +16,8 @@ import (
 
 // Proposer replicates lease grants and revokes: from any member, through
 // raft (forwarded to the leader when this member does not lead), returning
-// the answer of the entry as it applied. Today the edge's write path
-// implements it; the server layer will.
+// the answer of the entry as it applied. The request layer's write
+// pipeline implements it (server.LeaseProposer).
 type Proposer interface {
 	ProposeGrant(ctx context.Context, r *pb.LeaseGrantRequest) (*pb.LeaseGrantResponse, error)
 	ProposeRevoke(ctx context.Context, r *pb.LeaseRevokeRequest) (*pb.LeaseRevokeResponse, error)

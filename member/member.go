@@ -358,8 +358,9 @@ func (m *Member) closeListeners() {
 	}
 }
 
-// Close stops the member: a leader hands leadership over first, then client
-// traffic stops, then raft.
+// Close stops the member: client traffic stops first (a graceful stop of
+// at most 2 s), then the node, which, as leader, hands leadership over
+// before raft shuts down.
 func (m *Member) Close() error {
 	m.once.Do(func() {
 		m.cancel()

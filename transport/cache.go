@@ -14,14 +14,12 @@ import (
 )
 
 // cacheService is the read-lease cache's edge: the leader serves a session
-// (serveSession over readlease.Manager), any other member relays it to the
-// leader whole.
+// (serveSession over server.OpenCacheSession), any other member relays it
+// to the leader whole.
 type cacheService struct {
 	cachepb.UnimplementedCacheServer
 	s *Server
 }
-
-// SetReadLeases enables the cache service; call before Register.
 
 func (c *cacheService) Session(stream cachepb.Cache_SessionServer) error {
 	stream = &checkedSession{Cache_SessionServer: stream, s: c.s}

@@ -36,7 +36,8 @@ func (p *PeerClient) TimeToLive(ctx context.Context, leader string, r *pb.LeaseT
 //
 // It is not proposalForwarder, on purpose. A keep-alive is idempotent and
 // touches only the leader's memory: it travels as etcd's own
-// LeaseKeepAlive on the leader's client port, is matched by lease ID, and
+// LeaseKeepAlive to the leader's peer port (which serves the client
+// services too), is matched by lease ID, and
 // is simply sent again when a stream breaks. A proposal is a raft entry
 // whose outcome is unknown once it was handed to a stream that broke, so
 // that multiplexer numbers requests and tracks what was sent
