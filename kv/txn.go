@@ -18,16 +18,11 @@ func (s *Store) Txn(t *pb.TxnRequest) (*pb.TxnResponse, error) {
 	if t == nil {
 		t = &pb.TxnRequest{}
 	}
-	if err := checkTxn(t); err != nil {
+	readOnly, err := checkTxn(t)
+	if err != nil {
 		return nil, err
 	}
-	if _, _, err := checkIntervals(t.Success); err != nil {
-		return nil, err
-	}
-	if _, _, err := checkIntervals(t.Failure); err != nil {
-		return nil, err
-	}
-	if readOnly(t) {
+	if readOnly {
 		// Nothing to write, so concurrent readers may share the lock.
 		s.mu.RLock()
 		defer s.mu.RUnlock()
@@ -53,54 +48,25 @@ func nestedTxn(v *pb.RequestOp_RequestTxn) *pb.TxnRequest {
 	return v.RequestTxn
 }
 
-// checkTxn makes etcd's stateless request checks on both branches,
-// recursively.
-func checkTxn(t *pb.TxnRequest) error {
-	for _, c := range t.Compare {
-		if c == nil || len(c.Key) == 0 {
-			return ErrEmptyKey
-		}
-	}
-	for _, ops := range [2][]*pb.RequestOp{t.Success, t.Failure} {
-		for _, op := range ops {
-			if err := checkOp(op); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+// txnCheck is what Txn checks of a request before it takes the lock, in
+// one walk: etcd's stateless checks of every compare and op in both
+// branches (the first fault is reported), that no two ops that can run
+// together write one key (checkIntervals), and whether it writes at all.
+type txnCheck struct {
+	writes bool
+	dup    bool
+	// branches are the branches open in the walk, innermost last; units
+	// the tag each open txn's writes carry in the branch that holds it.
+	branches []intervals
+	units    []int
+	next     int
 }
 
-func checkOp(op *pb.RequestOp) error {
-	switch v := op.GetRequest().(type) {
-	case *pb.RequestOp_RequestRange:
-		return CheckRange(v.RequestRange)
-	case *pb.RequestOp_RequestPut:
-		return CheckPut(v.RequestPut)
-	case *pb.RequestOp_RequestDeleteRange:
-		if v.RequestDeleteRange == nil || len(v.RequestDeleteRange.Key) == 0 {
-			return ErrEmptyKey
-		}
-	case *pb.RequestOp_RequestTxn:
-		return checkTxn(nestedTxn(v))
-	}
-	return nil
-}
-
-func readOnly(t *pb.TxnRequest) bool {
-	for _, ops := range [2][]*pb.RequestOp{t.Success, t.Failure} {
-		for _, op := range ops {
-			switch v := op.GetRequest().(type) {
-			case *pb.RequestOp_RequestPut, *pb.RequestOp_RequestDeleteRange:
-				return false
-			case *pb.RequestOp_RequestTxn:
-				if !readOnly(nestedTxn(v)) {
-					return false
-				}
-			}
-		}
-	}
-	return true
+// intervals are the writes of one branch, each tagged with the op of the
+// branch it comes from (a nested txn's writes share its tag).
+type intervals struct {
+	puts []taggedKey
+	dels []taggedSpan
 }
 
 type taggedKey struct {
@@ -113,58 +79,101 @@ type taggedSpan struct {
 	unit int
 }
 
-// checkIntervals rejects a list of ops in which two different ops write the
-// same key: put/put or put/delete, looking inside nested txns. The two
-// branches of one nested txn never both run, so they may overlap each other.
-// Delete/delete overlap is harmless and allowed, as in etcd. It returns the
-// puts and deletes of ops for the level above.
+func checkTxn(t *pb.TxnRequest) (readOnly bool, err error) {
+	var c txnCheck
+	if err := walk(t, &c); err != nil {
+		return false, err
+	}
+	if c.dup {
+		return false, ErrDuplicateKey
+	}
+	return !c.writes, nil
+}
+
+func (c *txnCheck) touch(t Touch) error {
+	if err := checkTouch(t); err != nil {
+		return err
+	}
+	if t.Access != Write {
+		return nil
+	}
+	c.writes = true
+	b := &c.branches[len(c.branches)-1]
+	c.next++
+	if _, del := t.Req.(*pb.DeleteRangeRequest); del {
+		b.dels = append(b.dels, taggedSpan{mkSpan(t.Key, t.End), c.next})
+	} else {
+		b.puts = append(b.puts, taggedKey{t.Key, c.next})
+	}
+	return nil
+}
+
+func (c *txnCheck) txn(*pb.TxnRequest) error {
+	c.next++
+	c.units = append(c.units, c.next)
+	return nil
+}
+
+func (c *txnCheck) enter(*pb.TxnRequest, bool) error {
+	c.branches = append(c.branches, intervals{})
+	return nil
+}
+
+// leave checks a branch as it ends and hands its writes, tagged as its
+// txn's, to the branch holding the txn.
+func (c *txnCheck) leave(_ *pb.TxnRequest, success bool) error {
+	b := c.branches[len(c.branches)-1]
+	c.branches = c.branches[:len(c.branches)-1]
+	unit := c.units[len(c.units)-1]
+	if !success {
+		c.units = c.units[:len(c.units)-1]
+	}
+	if checkIntervals(b) {
+		c.dup = true
+	}
+	if len(c.branches) > 0 {
+		up := &c.branches[len(c.branches)-1]
+		for _, k := range b.puts {
+			up.puts = append(up.puts, taggedKey{k.key, unit})
+		}
+		for _, d := range b.dels {
+			up.dels = append(up.dels, taggedSpan{d.sp, unit})
+		}
+	}
+	return nil
+}
+
+func (*txnCheck) noRequest() error { return nil }
+
+// checkIntervals reports whether two different ops of a branch write the
+// same key: put/put or put/delete, a nested txn's writes counting as one
+// op's. The two branches of one nested txn never both run, so they may
+// overlap each other (each is checked on its own as it ends).
+// Delete/delete overlap is harmless and allowed, as in etcd.
 //
 // Unlike etcd's checkIntervals this is symmetric (a nested txn's puts are
 // checked against the deletes of every sibling, not only earlier ones) and
 // treats a "\x00" range end as unbounded.
-func checkIntervals(ops []*pb.RequestOp) ([]taggedKey, []taggedSpan, error) {
-	var puts []taggedKey
-	var dels []taggedSpan
-	for i, op := range ops {
-		switch v := op.GetRequest().(type) {
-		case *pb.RequestOp_RequestPut:
-			puts = append(puts, taggedKey{v.RequestPut.Key, i})
-		case *pb.RequestOp_RequestDeleteRange:
-			dels = append(dels, taggedSpan{mkSpan(v.RequestDeleteRange.Key, v.RequestDeleteRange.RangeEnd), i})
-		case *pb.RequestOp_RequestTxn:
-			n := nestedTxn(v)
-			for _, branch := range [2][]*pb.RequestOp{n.Success, n.Failure} {
-				p, d, err := checkIntervals(branch)
-				if err != nil {
-					return nil, nil, err
-				}
-				for _, k := range p {
-					puts = append(puts, taggedKey{k.key, i})
-				}
-				for _, sp := range d {
-					dels = append(dels, taggedSpan{sp.sp, i})
-				}
-			}
-		}
-	}
+func checkIntervals(b intervals) bool {
+	puts, dels := b.puts, b.dels
 	if len(puts) == 0 || len(puts)+len(dels) < 2 {
-		return puts, dels, nil
+		return false
 	}
 	slices.SortStableFunc(puts, func(a, b taggedKey) int { return bytes.Compare(a.key, b.key) })
 	for i := 1; i < len(puts); i++ {
 		if puts[i].unit != puts[i-1].unit && bytes.Equal(puts[i].key, puts[i-1].key) {
-			return nil, nil, ErrDuplicateKey
+			return true
 		}
 	}
 	for _, d := range dels {
 		i, _ := slices.BinarySearchFunc(puts, d.sp.key, func(p taggedKey, k []byte) int { return bytes.Compare(p.key, k) })
 		for ; i < len(puts) && d.sp.contains(puts[i].key); i++ {
 			if puts[i].unit != d.unit {
-				return nil, nil, ErrDuplicateKey
+				return true
 			}
 		}
 	}
-	return puts, dels, nil
+	return false
 }
 
 // txnPath evaluates the compares of t and of every nested txn on the chosen

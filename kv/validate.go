@@ -33,127 +33,117 @@ func CheckDeleteRange(r *pb.DeleteRangeRequest) error {
 }
 
 // CheckTxn validates a Txn request whose compares and branches may hold
-// at most maxOps each.
+// at most maxOps each, nested txns included. Of several faults, the first
+// in this order is reported: a txn's size, its compares, its ops (a nested
+// txn's checks in its place), then its duplicate keys (see txnDups).
 func CheckTxn(r *pb.TxnRequest, maxOps int) error {
-	if len(r.Compare) > maxOps || len(r.Success) > maxOps || len(r.Failure) > maxOps {
-		return ErrTooManyOps
-	}
-	for _, c := range r.Compare {
-		if len(c.Key) == 0 {
+	return walk(r, &proposeCheck{maxOps: maxOps})
+}
+
+// checkTouch makes etcd's stateless checks of one compare or op.
+func checkTouch(t Touch) error {
+	switch r := t.Req.(type) {
+	case *pb.Compare:
+		if len(r.Key) == 0 {
 			return ErrEmptyKey
 		}
-	}
-	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		for _, op := range ops {
-			if err := checkRequestOp(op, maxOps); err != nil {
-				return err
-			}
-		}
-	}
-	if err := checkDuplicates(r.Success); err != nil {
-		return err
-	}
-	return checkDuplicates(r.Failure)
-}
-
-func checkRequestOp(op *pb.RequestOp, maxOps int) error {
-	switch u := op.Request.(type) {
-	case *pb.RequestOp_RequestRange:
-		return CheckRange(u.RequestRange)
-	case *pb.RequestOp_RequestPut:
-		return CheckPut(u.RequestPut)
-	case *pb.RequestOp_RequestDeleteRange:
-		return CheckDeleteRange(u.RequestDeleteRange)
-	case *pb.RequestOp_RequestTxn:
-		return CheckTxn(u.RequestTxn, maxOps)
-	case nil:
-		return ErrKeyNotFound
+	case *pb.RangeRequest:
+		return CheckRange(r)
+	case *pb.PutRequest:
+		return CheckPut(r)
+	case *pb.DeleteRangeRequest:
+		return CheckDeleteRange(r)
 	}
 	return nil
 }
 
-// checkDuplicates refuses a branch that writes one key twice, as etcd does:
-// two puts of one key, or a put inside a deleted range, across nested txns.
-func checkDuplicates(ops []*pb.RequestOp) error {
-	puts := map[string]struct{}{}
-	var dels []keyRange
-	var walk func(ops []*pb.RequestOp) error
-	walk = func(ops []*pb.RequestOp) error {
-		for _, op := range ops {
-			switch u := op.Request.(type) {
-			case *pb.RequestOp_RequestPut:
-				k := string(u.RequestPut.Key)
-				if _, dup := puts[k]; dup {
-					return ErrDuplicateKey
-				}
-				puts[k] = struct{}{}
-			case *pb.RequestOp_RequestDeleteRange:
-				dels = append(dels, keyRange{u.RequestDeleteRange.Key, u.RequestDeleteRange.RangeEnd})
-			case *pb.RequestOp_RequestTxn:
-				// Only one branch of a nested txn runs, so each branch is
-				// checked against the outer ops separately.
-				saved := len(dels)
-				savedPuts := clonePuts(puts)
-				if err := walk(u.RequestTxn.Success); err != nil {
-					return err
-				}
-				dels, puts = dels[:saved], savedPuts
-				savedPuts = clonePuts(puts)
-				if err := walk(u.RequestTxn.Failure); err != nil {
-					return err
-				}
-				dels, puts = dels[:saved], savedPuts
-			}
-		}
+// proposeCheck is CheckTxn's walker. txns are the txns open in the walk,
+// innermost last.
+type proposeCheck struct {
+	maxOps int
+	txns   []*txnDups
+}
+
+// txnDups is etcd's duplicate-key rule for one txn, checked once its ops
+// are: within one branch, a put may not repeat a put made earlier in that
+// branch or in a nested txn's branch it runs in (only one branch of a
+// nested txn runs, so its two branches are apart), and the branch's own
+// puts may not fall into its own deleted ranges. (kv.Txn checks the wider,
+// symmetric rule again at apply.)
+type txnDups struct {
+	branches [2]branchDups // success, failure
+	cur      int           // the branch being walked
+	dup      bool          // a put repeats one of this txn's
+}
+
+type branchDups struct {
+	puts map[string]struct{}
+	dels []span
+}
+
+func (c *proposeCheck) txn(t *pb.TxnRequest) error {
+	if len(t.Compare) > c.maxOps || len(t.Success) > c.maxOps || len(t.Failure) > c.maxOps {
+		return ErrTooManyOps
+	}
+	c.txns = append(c.txns, &txnDups{})
+	return nil
+}
+
+func (c *proposeCheck) enter(_ *pb.TxnRequest, success bool) error {
+	if !success {
+		c.txns[len(c.txns)-1].cur = 1
+	}
+	return nil
+}
+
+func (c *proposeCheck) touch(t Touch) error {
+	if err := checkTouch(t); err != nil {
+		return err
+	}
+	if t.Access != Write {
 		return nil
 	}
-	if err := walk(ops); err != nil {
-		return err
+	d := c.txns[len(c.txns)-1]
+	b := &d.branches[d.cur]
+	if r, ok := t.Req.(*pb.DeleteRangeRequest); ok {
+		b.dels = append(b.dels, mkSpan(r.Key, r.RangeEnd))
+		return nil
 	}
-	for k := range puts {
-		for _, d := range dels {
-			if d.contains([]byte(k)) {
-				return ErrDuplicateKey
+	// The innermost txn whose open branch put the key ends first: its
+	// check is the one that fails.
+	for i := len(c.txns) - 1; i >= 0; i-- {
+		o := c.txns[i]
+		if _, dup := o.branches[o.cur].puts[string(t.Key)]; dup {
+			o.dup = true
+			break
+		}
+	}
+	if b.puts == nil {
+		b.puts = map[string]struct{}{}
+	}
+	b.puts[string(t.Key)] = struct{}{}
+	return nil
+}
+
+func (c *proposeCheck) leave(_ *pb.TxnRequest, success bool) error {
+	if success {
+		return nil
+	}
+	d := c.txns[len(c.txns)-1]
+	c.txns = c.txns[:len(c.txns)-1]
+	if d.dup {
+		return ErrDuplicateKey
+	}
+	for _, b := range d.branches {
+		for k := range b.puts {
+			for _, sp := range b.dels {
+				if sp.contains([]byte(k)) {
+					return ErrDuplicateKey
+				}
 			}
 		}
 	}
 	return nil
 }
 
-func clonePuts(m map[string]struct{}) map[string]struct{} {
-	c := make(map[string]struct{}, len(m))
-	for k := range m {
-		c[k] = struct{}{}
-	}
-	return c
-}
-
-type keyRange struct{ key, end []byte }
-
-func (r keyRange) contains(k []byte) bool {
-	switch {
-	case len(r.end) == 0:
-		return string(k) == string(r.key)
-	case len(r.end) == 1 && r.end[0] == 0:
-		return string(k) >= string(r.key)
-	}
-	return string(k) >= string(r.key) && string(k) < string(r.end)
-}
-
-// isReadOnlyTxn reports whether a txn writes nothing in any branch, so it
-// can be served as a linearizable read without a log entry.
-func IsReadOnlyTxn(r *pb.TxnRequest) bool {
-	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		for _, op := range ops {
-			switch u := op.Request.(type) {
-			case *pb.RequestOp_RequestPut, *pb.RequestOp_RequestDeleteRange:
-				return false
-			case *pb.RequestOp_RequestTxn:
-				if !IsReadOnlyTxn(u.RequestTxn) {
-					return false
-				}
-			}
-		}
-	}
-	return true
-}
+func (c *proposeCheck) noRequest() error { return ErrKeyNotFound }
