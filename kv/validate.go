@@ -105,8 +105,8 @@ func (c *proposeCheck) touch(t Touch) error {
 	}
 	d := c.txns[len(c.txns)-1]
 	b := &d.branches[d.cur]
-	if r, ok := t.Req.(*pb.DeleteRangeRequest); ok {
-		b.dels = append(b.dels, mkSpan(r.Key, r.RangeEnd))
+	if _, del := t.Req.(*pb.DeleteRangeRequest); del {
+		b.dels = append(b.dels, mkSpan(t.Key, t.End))
 		return nil
 	}
 	// The innermost txn whose open branch put the key ends first: its
