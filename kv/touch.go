@@ -1,7 +1,6 @@
 package kv
 
 import (
-	"errors"
 	"iter"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -11,7 +10,7 @@ import (
 // asks: the read-lease write gate, auth's checks, validation before a
 // request is proposed, a Txn's checks at apply and the space quota. The
 // public answer is Touches; kv's own checks that need a Txn's shape as
-// well (which ops can run together) walk the same structure with walk.
+// well (which ops can run together) read the same walk's steps.
 
 // Access says what a request does with a key range.
 type Access uint8
@@ -44,7 +43,12 @@ type Touch struct {
 // *pb.DeleteRangeRequest or *pb.TxnRequest; any other touches no key.
 func Touches(req any) iter.Seq[Touch] {
 	return func(yield func(Touch) bool) {
-		_ = walk(req, yielder(yield))
+		var buf [16]step
+		for _, s := range walk(req, buf[:0]) {
+			if s.kind == stepTouch && !yield(s.Touch) {
+				return
+			}
+		}
 	}
 }
 
@@ -59,104 +63,103 @@ func IsReadOnlyTxn(r *pb.TxnRequest) bool {
 	return true
 }
 
-// walker hears a request's parts as walk finds them, in request order.
-// For a Txn: txn, its compares (touch), enter(true), its success ops,
-// leave(true), enter(false), its failure ops, leave(false). Each op of a
-// branch is one touch, one nested Txn, or one noRequest. Any method may
-// stop the walk with an error, which walk returns.
-type walker interface {
-	touch(t Touch) error
-	txn(t *pb.TxnRequest) error
-	enter(t *pb.TxnRequest, success bool) error
-	leave(t *pb.TxnRequest, success bool) error
-	// noRequest is an op of a branch that names no request.
-	noRequest() error
+// A step is one part of a request as walk finds it: a key range, or, for
+// kv's own checks that need a Txn's shape (which ops can run together),
+// where a txn or one of its branches begins and ends.
+type step struct {
+	kind    stepKind
+	success bool           // stepEnter, stepLeave: which branch
+	txn     *pb.TxnRequest // stepTxn
+	Touch                  // stepTouch
 }
 
-// walk is the one descent into a request; see walker.
-func walk(req any, w walker) error {
+type stepKind uint8
+
+const (
+	// stepTouch is a key range: a compare, or an op of a branch.
+	stepTouch stepKind = iota
+	// stepTxn begins a txn: the request, or an op of a branch. Its
+	// compares follow, then its success branch, then its failure branch.
+	stepTxn
+	// stepEnter begins a branch's ops.
+	stepEnter
+	// stepLeave ends a branch's ops; the failure branch's ends its txn.
+	stepLeave
+	// stepNoRequest is an op of a branch that names no request.
+	stepNoRequest
+)
+
+// walk is the one descent into a request: it appends req's steps to steps
+// in request order and returns the result. Each op of a branch is one
+// step: a touch, a nested txn's stepTxn, or stepNoRequest. A nil message
+// is walked as an empty one.
+func walk(req any, steps []step) []step {
+	if t, ok := req.(*pb.TxnRequest); ok {
+		return walkTxn(t, steps)
+	}
+	if t, ok := touchOf(req); ok {
+		return append(steps, step{Touch: t})
+	}
+	return steps
+}
+
+// walkTxn is walk of a txn. Only it recurses, so a caller's buffer for
+// the steps can stay on its stack.
+func walkTxn(t *pb.TxnRequest, steps []step) []step {
+	if t == nil {
+		t = &pb.TxnRequest{}
+	}
+	steps = append(steps, step{kind: stepTxn, txn: t})
+	for _, c := range t.Compare {
+		if c == nil {
+			c = &pb.Compare{}
+		}
+		steps = append(steps, step{Touch: Touch{Access: Read, Key: c.Key, End: c.RangeEnd, Req: c}})
+	}
+	for _, success := range [2]bool{true, false} {
+		steps = append(steps, step{kind: stepEnter, success: success})
+		for _, op := range branch(t, success) {
+			var req any
+			switch v := op.GetRequest().(type) {
+			case *pb.RequestOp_RequestTxn:
+				steps = walkTxn(v.RequestTxn, steps)
+				continue
+			case *pb.RequestOp_RequestRange:
+				req = v.RequestRange
+			case *pb.RequestOp_RequestPut:
+				req = v.RequestPut
+			case *pb.RequestOp_RequestDeleteRange:
+				req = v.RequestDeleteRange
+			}
+			if t, ok := touchOf(req); ok {
+				steps = append(steps, step{Touch: t})
+			} else {
+				steps = append(steps, step{kind: stepNoRequest})
+			}
+		}
+		steps = append(steps, step{kind: stepLeave, success: success})
+	}
+	return steps
+}
+
+// touchOf returns the key range of a Range, Put or DeleteRange.
+func touchOf(req any) (Touch, bool) {
 	switch r := req.(type) {
 	case *pb.RangeRequest:
 		if r == nil {
 			r = &pb.RangeRequest{}
 		}
-		return w.touch(Touch{Access: Read, Key: r.Key, End: r.RangeEnd, Req: r})
+		return Touch{Access: Read, Key: r.Key, End: r.RangeEnd, Req: r}, true
 	case *pb.PutRequest:
 		if r == nil {
 			r = &pb.PutRequest{}
 		}
-		return w.touch(Touch{Access: Write, Key: r.Key, Req: r})
+		return Touch{Access: Write, Key: r.Key, Req: r}, true
 	case *pb.DeleteRangeRequest:
 		if r == nil {
 			r = &pb.DeleteRangeRequest{}
 		}
-		return w.touch(Touch{Access: Write, Key: r.Key, End: r.RangeEnd, Req: r})
-	case *pb.TxnRequest:
-		return walkTxn(r, w)
+		return Touch{Access: Write, Key: r.Key, End: r.RangeEnd, Req: r}, true
 	}
-	return nil
+	return Touch{}, false
 }
-
-func walkTxn(t *pb.TxnRequest, w walker) error {
-	if t == nil {
-		t = &pb.TxnRequest{}
-	}
-	if err := w.txn(t); err != nil {
-		return err
-	}
-	for _, c := range t.Compare {
-		if c == nil {
-			c = &pb.Compare{}
-		}
-		if err := w.touch(Touch{Access: Read, Key: c.Key, End: c.RangeEnd, Req: c}); err != nil {
-			return err
-		}
-	}
-	for _, success := range [2]bool{true, false} {
-		if err := w.enter(t, success); err != nil {
-			return err
-		}
-		for _, op := range branch(t, success) {
-			if err := walkOp(op, w); err != nil {
-				return err
-			}
-		}
-		if err := w.leave(t, success); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func walkOp(op *pb.RequestOp, w walker) error {
-	switch v := op.GetRequest().(type) {
-	case *pb.RequestOp_RequestRange:
-		return walk(v.RequestRange, w)
-	case *pb.RequestOp_RequestPut:
-		return walk(v.RequestPut, w)
-	case *pb.RequestOp_RequestDeleteRange:
-		return walk(v.RequestDeleteRange, w)
-	case *pb.RequestOp_RequestTxn:
-		return walkTxn(v.RequestTxn, w)
-	}
-	return w.noRequest()
-}
-
-// errStop ends a walk its consumer broke out of.
-var errStop = errors.New("kv: walk stopped")
-
-// yielder is Touches' walker: it passes the touches on and ignores the
-// shape.
-type yielder func(Touch) bool
-
-func (y yielder) touch(t Touch) error {
-	if !y(t) {
-		return errStop
-	}
-	return nil
-}
-
-func (yielder) txn(*pb.TxnRequest) error         { return nil }
-func (yielder) enter(*pb.TxnRequest, bool) error { return nil }
-func (yielder) leave(*pb.TxnRequest, bool) error { return nil }
-func (yielder) noRequest() error                 { return nil }

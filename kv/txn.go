@@ -48,25 +48,75 @@ func nestedTxn(v *pb.RequestOp_RequestTxn) *pb.TxnRequest {
 	return v.RequestTxn
 }
 
-// txnCheck is what Txn checks of a request before it takes the lock, in
+// checkTxn is what Txn checks of a request before it takes the lock, in
 // one walk: etcd's stateless checks of every compare and op in both
 // branches (the first fault is reported), that no two ops that can run
 // together write one key (checkIntervals), and whether it writes at all.
-type txnCheck struct {
-	writes bool
-	dup    bool
-	// branches are the branches open in the walk, innermost last; units
-	// the tag each open txn's writes carry in the branch that holds it.
-	branches []intervals
-	units    []int
-	next     int
-}
-
-// intervals are the writes of one branch, each tagged with the op of the
-// branch it comes from (a nested txn's writes share its tag).
-type intervals struct {
-	puts []taggedKey
-	dels []taggedSpan
+//
+// A branch's writes, its nested txns' included, are the top of two
+// stacks, each tagged with the op of the branch it comes from: a nested
+// txn's writes are checked as each of its branches ends, then stay, tagged
+// as the txn's, for the branch that holds it.
+func checkTxn(t *pb.TxnRequest) (readOnly bool, err error) {
+	var (
+		buf     [16]step
+		unitBuf [4]int
+		markBuf [4][2]int
+		putBuf  [8]taggedKey
+		delBuf  [4]taggedSpan
+	)
+	units := unitBuf[:0] // per open txn: the tag its writes carry above it
+	marks := markBuf[:0] // per open branch: where its puts and dels begin
+	puts, dels := putBuf[:0], delBuf[:0]
+	writes, dup, next := false, false, 0
+	for _, s := range walk(t, buf[:0]) {
+		switch s.kind {
+		case stepTxn:
+			next++
+			units = append(units, next)
+		case stepEnter:
+			marks = append(marks, [2]int{len(puts), len(dels)})
+		case stepTouch:
+			if err := checkTouch(s.Touch); err != nil {
+				return false, err
+			}
+			if s.Access != Write {
+				continue
+			}
+			writes = true
+			next++
+			if _, del := s.Req.(*pb.DeleteRangeRequest); del {
+				dels = append(dels, taggedSpan{mkSpan(s.Key, s.End), next})
+			} else {
+				puts = append(puts, taggedKey{s.Key, next})
+			}
+		case stepLeave:
+			m := marks[len(marks)-1]
+			marks = marks[:len(marks)-1]
+			if checkIntervals(puts[m[0]:], dels[m[1]:]) {
+				dup = true
+			}
+			unit := units[len(units)-1]
+			if !s.success {
+				units = units[:len(units)-1]
+			}
+			if len(marks) == 0 {
+				// A top branch: the other is checked apart.
+				puts, dels = puts[:m[0]], dels[:m[1]]
+				continue
+			}
+			for i := m[0]; i < len(puts); i++ {
+				puts[i].unit = unit
+			}
+			for i := m[1]; i < len(dels); i++ {
+				dels[i].unit = unit
+			}
+		}
+	}
+	if dup {
+		return false, ErrDuplicateKey
+	}
+	return !writes, nil
 }
 
 type taggedKey struct {
@@ -79,72 +129,6 @@ type taggedSpan struct {
 	unit int
 }
 
-func checkTxn(t *pb.TxnRequest) (readOnly bool, err error) {
-	var c txnCheck
-	if err := walk(t, &c); err != nil {
-		return false, err
-	}
-	if c.dup {
-		return false, ErrDuplicateKey
-	}
-	return !c.writes, nil
-}
-
-func (c *txnCheck) touch(t Touch) error {
-	if err := checkTouch(t); err != nil {
-		return err
-	}
-	if t.Access != Write {
-		return nil
-	}
-	c.writes = true
-	b := &c.branches[len(c.branches)-1]
-	c.next++
-	if _, del := t.Req.(*pb.DeleteRangeRequest); del {
-		b.dels = append(b.dels, taggedSpan{mkSpan(t.Key, t.End), c.next})
-	} else {
-		b.puts = append(b.puts, taggedKey{t.Key, c.next})
-	}
-	return nil
-}
-
-func (c *txnCheck) txn(*pb.TxnRequest) error {
-	c.next++
-	c.units = append(c.units, c.next)
-	return nil
-}
-
-func (c *txnCheck) enter(*pb.TxnRequest, bool) error {
-	c.branches = append(c.branches, intervals{})
-	return nil
-}
-
-// leave checks a branch as it ends and hands its writes, tagged as its
-// txn's, to the branch holding the txn.
-func (c *txnCheck) leave(_ *pb.TxnRequest, success bool) error {
-	b := c.branches[len(c.branches)-1]
-	c.branches = c.branches[:len(c.branches)-1]
-	unit := c.units[len(c.units)-1]
-	if !success {
-		c.units = c.units[:len(c.units)-1]
-	}
-	if checkIntervals(b) {
-		c.dup = true
-	}
-	if len(c.branches) > 0 {
-		up := &c.branches[len(c.branches)-1]
-		for _, k := range b.puts {
-			up.puts = append(up.puts, taggedKey{k.key, unit})
-		}
-		for _, d := range b.dels {
-			up.dels = append(up.dels, taggedSpan{d.sp, unit})
-		}
-	}
-	return nil
-}
-
-func (*txnCheck) noRequest() error { return nil }
-
 // checkIntervals reports whether two different ops of a branch write the
 // same key: put/put or put/delete, a nested txn's writes counting as one
 // op's. The two branches of one nested txn never both run, so they may
@@ -154,8 +138,7 @@ func (*txnCheck) noRequest() error { return nil }
 // Unlike etcd's checkIntervals this is symmetric (a nested txn's puts are
 // checked against the deletes of every sibling, not only earlier ones) and
 // treats a "\x00" range end as unbounded.
-func checkIntervals(b intervals) bool {
-	puts, dels := b.puts, b.dels
+func checkIntervals(puts []taggedKey, dels []taggedSpan) bool {
 	if len(puts) == 0 || len(puts)+len(dels) < 2 {
 		return false
 	}

@@ -1,6 +1,8 @@
 package kv
 
 import (
+	"bytes"
+
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
@@ -35,9 +37,72 @@ func CheckDeleteRange(r *pb.DeleteRangeRequest) error {
 // CheckTxn validates a Txn request whose compares and branches may hold
 // at most maxOps each, nested txns included. Of several faults, the first
 // in this order is reported: a txn's size, its compares, its ops (a nested
-// txn's checks in its place), then its duplicate keys (see txnDups).
+// txn's checks in its place), then its duplicate keys.
+//
+// The duplicate-key rule is etcd's, checked for each txn once its ops are:
+// within one branch, a put may not repeat a put made earlier in that
+// branch or in a nested txn's branch it runs in (only one branch of a
+// nested txn runs, so its two branches are apart), and a branch's own puts
+// may not fall into its own deleted ranges. (Txn checks the wider,
+// symmetric rule again at apply.) The puts and deletes of the open
+// branches are kept on two stacks, outer branches' first; a branch's
+// entries are dropped when it ends.
 func CheckTxn(r *pb.TxnRequest, maxOps int) error {
-	return walk(r, &proposeCheck{maxOps: maxOps})
+	var (
+		buf     [16]step
+		txnBuf  [4]dupTxn
+		openBuf [8]openPut
+		delBuf  [4]span
+	)
+	txns, open, dels := txnBuf[:0], openBuf[:0], delBuf[:0] // of the open txns and branches
+	var index map[string]int                                // a key's latest entry in open, once open is long
+	for _, s := range walk(r, buf[:0]) {
+		switch s.kind {
+		case stepTxn:
+			t := s.txn
+			if len(t.Compare) > maxOps || len(t.Success) > maxOps || len(t.Failure) > maxOps {
+				return ErrTooManyOps
+			}
+			txns = append(txns, dupTxn{})
+		case stepEnter:
+			t := &txns[len(txns)-1]
+			t.puts, t.dels = len(open), len(dels)
+		case stepNoRequest:
+			return ErrKeyNotFound
+		case stepTouch:
+			if err := checkTouch(s.Touch); err != nil {
+				return err
+			}
+			if _, del := s.Req.(*pb.DeleteRangeRequest); del {
+				dels = append(dels, mkSpan(s.Key, s.End))
+			} else if s.Access == Write {
+				prev := findPut(open, index, s.Key)
+				if prev >= 0 {
+					// The innermost txn whose open branch put the key
+					// ends first: its check is the one that fails.
+					txns[open[prev].txn].dup = true
+				}
+				open = append(open, openPut{key: s.Key, txn: len(txns) - 1, prev: prev})
+				index = indexPuts(index, open)
+			}
+		case stepLeave:
+			t := &txns[len(txns)-1]
+			if putInDels(open[t.puts:], dels[t.dels:]) {
+				t.dup = true
+			}
+			unindexPuts(index, open[t.puts:])
+			open, dels = open[:t.puts], dels[:t.dels]
+			if s.success {
+				continue
+			}
+			dup := t.dup
+			txns = txns[:len(txns)-1]
+			if dup {
+				return ErrDuplicateKey
+			}
+		}
+	}
+	return nil
 }
 
 // checkTouch makes etcd's stateless checks of one compare or op.
@@ -57,93 +122,73 @@ func checkTouch(t Touch) error {
 	return nil
 }
 
-// proposeCheck is CheckTxn's walker. txns are the txns open in the walk,
-// innermost last.
-type proposeCheck struct {
-	maxOps int
-	txns   []*txnDups
+// dupTxn is CheckTxn's record of one open txn.
+type dupTxn struct {
+	dup        bool // a duplicate its check reports
+	puts, dels int  // where its open branch's entries begin
 }
 
-// txnDups is etcd's duplicate-key rule for one txn, checked once its ops
-// are: within one branch, a put may not repeat a put made earlier in that
-// branch or in a nested txn's branch it runs in (only one branch of a
-// nested txn runs, so its two branches are apart), and the branch's own
-// puts may not fall into its own deleted ranges. (kv.Txn checks the wider,
-// symmetric rule again at apply.)
-type txnDups struct {
-	branches [2]branchDups // success, failure
-	cur      int           // the branch being walked
-	dup      bool          // a put repeats one of this txn's
+// openPut is a put of an open branch.
+type openPut struct {
+	key  []byte
+	txn  int // the txn whose open branch put it
+	prev int // the entry of the same key before it, or -1
 }
 
-type branchDups struct {
-	puts map[string]struct{}
-	dels []span
-}
+// indexFrom is the length of a list of puts from which keys are looked up
+// in a map rather than searched.
+const indexFrom = 32
 
-func (c *proposeCheck) txn(t *pb.TxnRequest) error {
-	if len(t.Compare) > c.maxOps || len(t.Success) > c.maxOps || len(t.Failure) > c.maxOps {
-		return ErrTooManyOps
+// findPut returns the latest entry in open that puts key, or -1.
+func findPut(open []openPut, index map[string]int, key []byte) int {
+	if index != nil {
+		if i, ok := index[string(key)]; ok {
+			return i
+		}
+		return -1
 	}
-	c.txns = append(c.txns, &txnDups{})
-	return nil
-}
-
-func (c *proposeCheck) enter(_ *pb.TxnRequest, success bool) error {
-	if !success {
-		c.txns[len(c.txns)-1].cur = 1
-	}
-	return nil
-}
-
-func (c *proposeCheck) touch(t Touch) error {
-	if err := checkTouch(t); err != nil {
-		return err
-	}
-	if t.Access != Write {
-		return nil
-	}
-	d := c.txns[len(c.txns)-1]
-	b := &d.branches[d.cur]
-	if _, del := t.Req.(*pb.DeleteRangeRequest); del {
-		b.dels = append(b.dels, mkSpan(t.Key, t.End))
-		return nil
-	}
-	// The innermost txn whose open branch put the key ends first: its
-	// check is the one that fails.
-	for i := len(c.txns) - 1; i >= 0; i-- {
-		o := c.txns[i]
-		if _, dup := o.branches[o.cur].puts[string(t.Key)]; dup {
-			o.dup = true
-			break
+	for i := len(open) - 1; i >= 0; i-- {
+		if bytes.Equal(open[i].key, key) {
+			return i
 		}
 	}
-	if b.puts == nil {
-		b.puts = map[string]struct{}{}
-	}
-	b.puts[string(t.Key)] = struct{}{}
-	return nil
+	return -1
 }
 
-func (c *proposeCheck) leave(_ *pb.TxnRequest, success bool) error {
-	if success {
-		return nil
+// indexPuts records open's last entry in index, making index once open is
+// long.
+func indexPuts(index map[string]int, open []openPut) map[string]int {
+	switch {
+	case index != nil:
+		index[string(open[len(open)-1].key)] = len(open) - 1
+	case len(open) >= indexFrom:
+		index = make(map[string]int, len(open))
+		for i, p := range open {
+			index[string(p.key)] = i
+		}
 	}
-	d := c.txns[len(c.txns)-1]
-	c.txns = c.txns[:len(c.txns)-1]
-	if d.dup {
-		return ErrDuplicateKey
+	return index
+}
+
+// unindexPuts forgets dropped, the last entries of open, in index.
+func unindexPuts(index map[string]int, dropped []openPut) {
+	for i := len(dropped) - 1; index != nil && i >= 0; i-- {
+		if p := dropped[i]; p.prev < 0 {
+			delete(index, string(p.key))
+		} else {
+			index[string(p.key)] = p.prev
+		}
 	}
-	for _, b := range d.branches {
-		for k := range b.puts {
-			for _, sp := range b.dels {
-				if sp.contains([]byte(k)) {
-					return ErrDuplicateKey
-				}
+}
+
+// putInDels reports whether one of puts falls into one of dels.
+func putInDels(puts []openPut, dels []span) bool {
+	for _, p := range puts {
+		for _, sp := range dels {
+			if sp.contains(p.key) {
+				return true
 			}
 		}
 	}
-	return nil
+	return false
 }
-
-func (c *proposeCheck) noRequest() error { return ErrKeyNotFound }

@@ -2,6 +2,7 @@ package kv
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -54,6 +55,34 @@ func TestCheckTxn(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCheckTxnManyPuts: past indexFrom puts, keys are looked up in a map
+// that follows the branches as they open and end, as the search does.
+func TestCheckTxnManyPuts(t *testing.T) {
+	many := func(extra ...*pb.RequestOp) []*pb.RequestOp {
+		var ops []*pb.RequestOp
+		for i := range indexFrom + 8 {
+			ops = append(ops, reqPut(fmt.Sprintf("k%02d", i)))
+		}
+		return append(ops, extra...)
+	}
+	cases := []struct {
+		name string
+		ops  []*pb.RequestOp
+		want error
+	}{
+		{"distinct", many(), nil},
+		{"a repeat", many(reqPut("k03")), ErrDuplicateKey},
+		{"a nested repeat", many(reqTxn(nil, []*pb.RequestOp{reqPut("k39")})), ErrDuplicateKey},
+		{"a key put again after the nested branch that put it ended", many(reqTxn([]*pb.RequestOp{reqPut("n")}, nil), reqPut("n")), nil},
+		{"a nested branch's many puts, then its sibling's", []*pb.RequestOp{reqTxn(many(), many())}, nil},
+	}
+	for _, tc := range cases {
+		if err := CheckTxn(&pb.TxnRequest{Success: tc.ops}, 128); !errors.Is(err, tc.want) {
+			t.Errorf("%s: got %v, want %v", tc.name, err, tc.want)
+		}
 	}
 }
 
