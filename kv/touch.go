@@ -26,8 +26,7 @@ const (
 type Touch struct {
 	Access Access
 	// Key and End are etcd's range: End empty is Key alone, End "\x00"
-	// every key from Key on, any other End the keys in [Key, End) (none
-	// when End <= Key).
+	// every key from Key on, any other End the keys in [Key, End).
 	Key, End []byte
 	// Req is the message the range comes from, for rules that need more
 	// than the range (auth reads a put's lease and prev_kv): a
@@ -76,7 +75,8 @@ type step struct {
 type stepKind uint8
 
 const (
-	// stepTouch is a key range: a compare, or an op of a branch.
+	// stepTouch is a key range: a Range, Put or DeleteRange (the request,
+	// or an op of a branch), or a compare.
 	stepTouch stepKind = iota
 	// stepTxn begins a txn: the request, or an op of a branch. Its
 	// compares follow, then its success branch, then its failure branch.
