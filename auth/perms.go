@@ -6,6 +6,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/corenode/corenode/kv"
 )
 
 // span is a half-open key interval [begin, end); a nil end has no bound.
@@ -200,34 +202,26 @@ func (s *Store) CheckDeleteRange(ai Info, r *pb.DeleteRangeRequest) error {
 	return nil
 }
 
-// CheckTxn is etcd's rule for a Txn: read on every compare, and the
-// permissions of every operation in both branches, whichever runs.
-func (s *Store) CheckTxn(ai Info, r *pb.TxnRequest, leaseKeys LeaseKeys) error {
+// CheckKeys is etcd's rule for a key-value request, on every key range it
+// touches (kv.Touches): read on a Range and on each of a Txn's compares,
+// CheckPut for a put, CheckDeleteRange for a delete; a Txn's ops in both
+// branches, nested ones included, whichever runs.
+func (s *Store) CheckKeys(ai Info, req any, leaseKeys LeaseKeys) error {
 	if !s.Enabled() {
 		return nil
 	}
-	for _, c := range r.Compare {
-		if err := s.IsRangePermitted(ai, c.Key, c.RangeEnd); err != nil {
-			return err
+	for t := range kv.Touches(req) {
+		var err error
+		switch r := t.Req.(type) {
+		case *pb.PutRequest:
+			err = s.CheckPut(ai, r, leaseKeys)
+		case *pb.DeleteRangeRequest:
+			err = s.CheckDeleteRange(ai, r)
+		default:
+			err = s.IsRangePermitted(ai, t.Key, t.End)
 		}
-	}
-	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		for _, op := range ops {
-			var err error
-			switch {
-			case op.GetRequestRange() != nil:
-				rr := op.GetRequestRange()
-				err = s.IsRangePermitted(ai, rr.Key, rr.RangeEnd)
-			case op.GetRequestPut() != nil:
-				err = s.CheckPut(ai, op.GetRequestPut(), leaseKeys)
-			case op.GetRequestDeleteRange() != nil:
-				err = s.CheckDeleteRange(ai, op.GetRequestDeleteRange())
-			case op.GetRequestTxn() != nil:
-				err = s.CheckTxn(ai, op.GetRequestTxn(), leaseKeys)
-			}
-			if err != nil {
-				return err
-			}
+		if err != nil {
+			return err
 		}
 	}
 	return nil

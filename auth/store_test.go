@@ -252,7 +252,7 @@ func TestTxnNeedsEveryBranch(t *testing.T) {
 	}
 	noLeaseKeys := func(int64) [][]byte { return nil }
 	ok := &pb.TxnRequest{Compare: []*pb.Compare{{Key: []byte("a1")}}, Success: []*pb.RequestOp{put("a2")}, Failure: []*pb.RequestOp{put("a3")}}
-	if err := h.s.CheckTxn(u, ok, noLeaseKeys); err != nil {
+	if err := h.s.CheckKeys(u, ok, noLeaseKeys); err != nil {
 		t.Errorf("txn inside the grant: %v", err)
 	}
 	for name, txn := range map[string]*pb.TxnRequest{
@@ -260,8 +260,24 @@ func TestTxnNeedsEveryBranch(t *testing.T) {
 		"failure branch":  {Success: []*pb.RequestOp{put("a2")}, Failure: []*pb.RequestOp{put("c")}},
 		"nested txn":      {Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestTxn{RequestTxn: &pb.TxnRequest{Success: []*pb.RequestOp{put("z")}}}}}},
 	} {
-		if err := h.s.CheckTxn(u, txn, noLeaseKeys); !errors.Is(err, ErrPermissionDenied) {
+		if err := h.s.CheckKeys(u, txn, noLeaseKeys); !errors.Is(err, ErrPermissionDenied) {
 			t.Errorf("%s: %v, want ErrPermissionDenied", name, err)
+		}
+	}
+	for name, c := range map[string]struct {
+		req  any
+		want error
+	}{
+		"range inside":                {&pb.RangeRequest{Key: []byte("a"), RangeEnd: []byte("b")}, nil},
+		"range from a key on":         {&pb.RangeRequest{Key: []byte("a"), RangeEnd: []byte{0}}, ErrPermissionDenied},
+		"delete of a range inside":    {&pb.DeleteRangeRequest{Key: []byte("a1"), RangeEnd: []byte("a2"), PrevKv: true}, nil},
+		"delete past the grant":       {&pb.DeleteRangeRequest{Key: []byte("a1"), RangeEnd: []byte("c")}, ErrPermissionDenied},
+		"put outside":                 {&pb.PutRequest{Key: []byte("c")}, ErrPermissionDenied},
+		"not a key-value request":     {&pb.CompactionRequest{}, nil},
+		"read-only txn reads outside": {&pb.TxnRequest{Failure: []*pb.RequestOp{{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: []byte("c")}}}}}, ErrPermissionDenied},
+	} {
+		if err := h.s.CheckKeys(u, c.req, noLeaseKeys); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", name, err, c.want)
 		}
 	}
 	// Attaching a lease that holds a key the user cannot write is refused.

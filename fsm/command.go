@@ -113,6 +113,15 @@ type Command struct {
 	As *pb.RequestHeader
 }
 
+// Encode returns c's log entry: EncodeAs when c acts for a user (As
+// set), Encode otherwise. Decode returns c again.
+func (c Command) Encode() ([]byte, error) {
+	if c.As != nil {
+		return EncodeAs(c.Op, c.Msg, c.As)
+	}
+	return Encode(c.Op, c.Msg)
+}
+
 // Message is what every etcd request message implements (gogo protobuf).
 type Message interface {
 	Marshal() ([]byte, error)

@@ -314,12 +314,8 @@ func (f *FSM) authorize(cmd Command) error {
 		ai = auth.Info{User: cmd.As.Username, Revision: cmd.As.AuthRevision}
 	}
 	switch cmd.Op {
-	case OpPut:
-		return f.auth.CheckPut(ai, cmd.Msg.(*pb.PutRequest), f.store.LeaseKeys)
-	case OpDeleteRange:
-		return f.auth.CheckDeleteRange(ai, cmd.Msg.(*pb.DeleteRangeRequest))
-	case OpTxn:
-		return f.auth.CheckTxn(ai, cmd.Msg.(*pb.TxnRequest), f.store.LeaseKeys)
+	case OpPut, OpDeleteRange, OpTxn:
+		return f.auth.CheckKeys(ai, cmd.Msg, f.store.LeaseKeys)
 	case OpLeaseRevoke:
 		return f.auth.CheckLeaseKeys(ai, f.store.LeaseKeys(cmd.Msg.(*pb.LeaseRevokeRequest).ID), authpb.WRITE)
 	}
@@ -357,16 +353,9 @@ func (f *FSM) OverQuota(op Op, msg Message, quota int64) bool {
 
 // txnPuts reports whether either branch of r, nested ones included, puts.
 func txnPuts(r *pb.TxnRequest) bool {
-	for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
-		for _, op := range ops {
-			switch u := op.Request.(type) {
-			case *pb.RequestOp_RequestPut:
-				return true
-			case *pb.RequestOp_RequestTxn:
-				if txnPuts(u.RequestTxn) {
-					return true
-				}
-			}
+	for t := range kv.Touches(r) {
+		if _, put := t.Req.(*pb.PutRequest); put {
+			return true
 		}
 	}
 	return false

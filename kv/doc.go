@@ -1,6 +1,9 @@
 // Package kv is corenode's MVCC key-value store: one cluster-wide revision,
 // per-key create/mod revision, version and lease, history kept until
 // compaction, and the watch hub that turns applied writes into events.
+// It is the lowest package that knows etcd's request types, so it also
+// answers, once for every rule that asks (auth, read leases, validation,
+// apply, the space quota), which keys a request reads or writes: Touches.
 //
 // kv is deterministic: it reads no clock, draws no random numbers, starts no
 // goroutine and does no I/O beyond the io.Reader/io.Writer handed to it for

@@ -18,16 +18,11 @@ func (s *Store) Txn(t *pb.TxnRequest) (*pb.TxnResponse, error) {
 	if t == nil {
 		t = &pb.TxnRequest{}
 	}
-	if err := checkTxn(t); err != nil {
+	readOnly, err := checkTxn(t)
+	if err != nil {
 		return nil, err
 	}
-	if _, _, err := checkIntervals(t.Success); err != nil {
-		return nil, err
-	}
-	if _, _, err := checkIntervals(t.Failure); err != nil {
-		return nil, err
-	}
-	if readOnly(t) {
+	if readOnly {
 		// Nothing to write, so concurrent readers may share the lock.
 		s.mu.RLock()
 		defer s.mu.RUnlock()
@@ -53,54 +48,75 @@ func nestedTxn(v *pb.RequestOp_RequestTxn) *pb.TxnRequest {
 	return v.RequestTxn
 }
 
-// checkTxn makes etcd's stateless request checks on both branches,
-// recursively.
-func checkTxn(t *pb.TxnRequest) error {
-	for _, c := range t.Compare {
-		if c == nil || len(c.Key) == 0 {
-			return ErrEmptyKey
-		}
-	}
-	for _, ops := range [2][]*pb.RequestOp{t.Success, t.Failure} {
-		for _, op := range ops {
-			if err := checkOp(op); err != nil {
-				return err
+// checkTxn is what Txn checks of a request before it takes the lock, in
+// one walk: etcd's stateless checks of every compare and op in both
+// branches (the first fault is reported), that no two ops that can run
+// together write one key (checkIntervals), and whether it writes at all.
+//
+// A branch's writes, its nested txns' included, are the top of two
+// stacks, each tagged with the op of the branch it comes from: a nested
+// txn's writes are checked as each of its branches ends, then stay, tagged
+// as the txn's, for the branch that holds it.
+func checkTxn(t *pb.TxnRequest) (readOnly bool, err error) {
+	var (
+		buf     [16]step
+		unitBuf [4]int
+		markBuf [4][2]int
+		putBuf  [8]taggedKey
+		delBuf  [4]taggedSpan
+	)
+	units := unitBuf[:0] // per open txn: the tag its writes carry above it
+	marks := markBuf[:0] // per open branch: where its puts and dels begin
+	puts, dels := putBuf[:0], delBuf[:0]
+	writes, dup, next := false, false, 0
+	for _, s := range walk(t, buf[:0]) {
+		switch s.kind {
+		case stepTxn:
+			next++
+			units = append(units, next)
+		case stepEnter:
+			marks = append(marks, [2]int{len(puts), len(dels)})
+		case stepTouch:
+			if err := checkTouch(s.Touch); err != nil {
+				return false, err
+			}
+			if s.Access != Write {
+				continue
+			}
+			writes = true
+			next++
+			if _, del := s.Req.(*pb.DeleteRangeRequest); del {
+				dels = append(dels, taggedSpan{mkSpan(s.Key, s.End), next})
+			} else {
+				puts = append(puts, taggedKey{s.Key, next})
+			}
+		case stepLeave:
+			m := marks[len(marks)-1]
+			marks = marks[:len(marks)-1]
+			if checkIntervals(puts[m[0]:], dels[m[1]:]) {
+				dup = true
+			}
+			unit := units[len(units)-1]
+			if !s.success {
+				units = units[:len(units)-1]
+			}
+			if len(marks) == 0 {
+				// A top branch: the other is checked apart.
+				puts, dels = puts[:m[0]], dels[:m[1]]
+				continue
+			}
+			for i := m[0]; i < len(puts); i++ {
+				puts[i].unit = unit
+			}
+			for i := m[1]; i < len(dels); i++ {
+				dels[i].unit = unit
 			}
 		}
 	}
-	return nil
-}
-
-func checkOp(op *pb.RequestOp) error {
-	switch v := op.GetRequest().(type) {
-	case *pb.RequestOp_RequestRange:
-		return CheckRange(v.RequestRange)
-	case *pb.RequestOp_RequestPut:
-		return CheckPut(v.RequestPut)
-	case *pb.RequestOp_RequestDeleteRange:
-		if v.RequestDeleteRange == nil || len(v.RequestDeleteRange.Key) == 0 {
-			return ErrEmptyKey
-		}
-	case *pb.RequestOp_RequestTxn:
-		return checkTxn(nestedTxn(v))
+	if dup {
+		return false, ErrDuplicateKey
 	}
-	return nil
-}
-
-func readOnly(t *pb.TxnRequest) bool {
-	for _, ops := range [2][]*pb.RequestOp{t.Success, t.Failure} {
-		for _, op := range ops {
-			switch v := op.GetRequest().(type) {
-			case *pb.RequestOp_RequestPut, *pb.RequestOp_RequestDeleteRange:
-				return false
-			case *pb.RequestOp_RequestTxn:
-				if !readOnly(nestedTxn(v)) {
-					return false
-				}
-			}
-		}
-	}
-	return true
+	return !writes, nil
 }
 
 type taggedKey struct {
@@ -113,58 +129,34 @@ type taggedSpan struct {
 	unit int
 }
 
-// checkIntervals rejects a list of ops in which two different ops write the
-// same key: put/put or put/delete, looking inside nested txns. The two
-// branches of one nested txn never both run, so they may overlap each other.
-// Delete/delete overlap is harmless and allowed, as in etcd. It returns the
-// puts and deletes of ops for the level above.
+// checkIntervals reports whether two different ops of a branch write the
+// same key: put/put or put/delete, a nested txn's writes counting as one
+// op's. The two branches of one nested txn never both run, so they may
+// overlap each other (each is checked on its own as it ends).
+// Delete/delete overlap is harmless and allowed, as in etcd.
 //
 // Unlike etcd's checkIntervals this is symmetric (a nested txn's puts are
 // checked against the deletes of every sibling, not only earlier ones) and
 // treats a "\x00" range end as unbounded.
-func checkIntervals(ops []*pb.RequestOp) ([]taggedKey, []taggedSpan, error) {
-	var puts []taggedKey
-	var dels []taggedSpan
-	for i, op := range ops {
-		switch v := op.GetRequest().(type) {
-		case *pb.RequestOp_RequestPut:
-			puts = append(puts, taggedKey{v.RequestPut.Key, i})
-		case *pb.RequestOp_RequestDeleteRange:
-			dels = append(dels, taggedSpan{mkSpan(v.RequestDeleteRange.Key, v.RequestDeleteRange.RangeEnd), i})
-		case *pb.RequestOp_RequestTxn:
-			n := nestedTxn(v)
-			for _, branch := range [2][]*pb.RequestOp{n.Success, n.Failure} {
-				p, d, err := checkIntervals(branch)
-				if err != nil {
-					return nil, nil, err
-				}
-				for _, k := range p {
-					puts = append(puts, taggedKey{k.key, i})
-				}
-				for _, sp := range d {
-					dels = append(dels, taggedSpan{sp.sp, i})
-				}
-			}
-		}
-	}
+func checkIntervals(puts []taggedKey, dels []taggedSpan) bool {
 	if len(puts) == 0 || len(puts)+len(dels) < 2 {
-		return puts, dels, nil
+		return false
 	}
 	slices.SortStableFunc(puts, func(a, b taggedKey) int { return bytes.Compare(a.key, b.key) })
 	for i := 1; i < len(puts); i++ {
 		if puts[i].unit != puts[i-1].unit && bytes.Equal(puts[i].key, puts[i-1].key) {
-			return nil, nil, ErrDuplicateKey
+			return true
 		}
 	}
 	for _, d := range dels {
 		i, _ := slices.BinarySearchFunc(puts, d.sp.key, func(p taggedKey, k []byte) int { return bytes.Compare(p.key, k) })
 		for ; i < len(puts) && d.sp.contains(puts[i].key); i++ {
 			if puts[i].unit != d.unit {
-				return nil, nil, ErrDuplicateKey
+				return true
 			}
 		}
 	}
-	return puts, dels, nil
+	return false
 }
 
 // txnPath evaluates the compares of t and of every nested txn on the chosen

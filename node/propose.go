@@ -22,15 +22,17 @@ import (
 // no holder can still serve the old value.
 //
 // Admit is called on the leader for every command, from any number of
-// goroutines at once, before the command is handed to raft. It returns once
-// the command may be proposed, or with an error (ctx's, or one for the
-// client) and then the command is not proposed. If it returns nil error,
-// release is called exactly once: after the command applied on this member,
-// or after its proposal failed (then it may still commit under a later
-// leader, whose own gate admits nothing before every earlier promise ran
-// out).
+// goroutines at once, before the command is handed to raft. It gets the
+// command decoded: the leader's own proposals as their proposer made them,
+// a forwarded one decoded once on its way in, so the gate never decodes
+// the entry. It returns once the command may be proposed, or with an error
+// (ctx's, or one for the client) and then the command is not proposed. If
+// it returns nil error, release is called exactly once: after the command
+// applied on this member, or after its proposal failed (then it may still
+// commit under a later leader, whose own gate admits nothing before every
+// earlier promise ran out).
 type Gate interface {
-	Admit(ctx context.Context, op fsm.Op, data []byte) (release func(), err error)
+	Admit(ctx context.Context, cmd fsm.Command) (release func(), err error)
 }
 
 // Propose replicates one command and returns the FSM's response once the
@@ -45,26 +47,41 @@ func (n *Node) Propose(ctx context.Context, op fsm.Op, msg fsm.Message) (any, er
 	if n.raft.State() != raft.Leader {
 		return nil, ErrNotLeader
 	}
-	data, err := fsm.Encode(op, msg)
+	cmd := fsm.Command{Op: op, Msg: msg}
+	data, err := cmd.Encode()
 	if err != nil {
 		return nil, err
 	}
-	resp, _, err := n.propose(ctx, op, data)
+	resp, _, err := n.propose(ctx, cmd, data)
 	return resp, err
 }
 
-// ProposeEncoded is Propose for a command a follower already encoded with
-// fsm.Encode and forwarded; the FSM validates it again when it applies.
-// index is the command's log index once it applied here (0 if it did not):
-// the follower answers its client only once it has applied that far too.
+// ProposeCommand is Propose for a command its caller already encoded:
+// data is cmd's log entry (cmd.Encode), handed to raft as it is, and the
+// gate reads cmd, so nothing is encoded or decoded again. index is the
+// command's log index once it applied here (0 if it did not).
+func (n *Node) ProposeCommand(ctx context.Context, cmd fsm.Command, data []byte) (resp any, index uint64, err error) {
+	if n.raft.State() != raft.Leader {
+		return nil, 0, ErrNotLeader
+	}
+	return n.propose(ctx, cmd, data)
+}
+
+// ProposeEncoded is Propose for a command a follower already encoded and
+// forwarded. The leader decodes it here, once, for the gate (the FSM
+// decodes the entry again where it applies, as on every member); a command
+// this member cannot decode is refused, never proposed. index is the
+// command's log index once it applied here (0 if it did not): the follower
+// answers its client only once it has applied that far too.
 func (n *Node) ProposeEncoded(ctx context.Context, data []byte) (resp any, index uint64, err error) {
 	if n.raft.State() != raft.Leader {
 		return nil, 0, ErrNotLeader
 	}
-	if len(data) < 2 {
-		return nil, 0, fmt.Errorf("node: forwarded command of %d bytes is too short", len(data))
+	cmd, err := fsm.Decode(data)
+	if err != nil {
+		return nil, 0, fmt.Errorf("node: forwarded command: %w", err)
 	}
-	return n.propose(ctx, fsm.Op(data[1]), data)
+	return n.propose(ctx, cmd, data)
 }
 
 // AwaitApplied returns once this member has applied index: a follower
@@ -99,12 +116,13 @@ func (n *Node) SetGate(g Gate) {
 	n.gate.Store(&g)
 }
 
-func (n *Node) propose(ctx context.Context, op fsm.Op, data []byte) (any, uint64, error) {
+func (n *Node) propose(ctx context.Context, cmd fsm.Command, data []byte) (any, uint64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
 	}
+	op := cmd.Op
 	if g := n.gate.Load(); g != nil {
-		release, err := (*g).Admit(ctx, op, data)
+		release, err := (*g).Admit(ctx, cmd)
 		if err != nil {
 			return nil, 0, err
 		}

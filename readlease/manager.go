@@ -3,7 +3,6 @@ package readlease
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -204,26 +203,11 @@ func (m *Manager) current(ctx context.Context) (*term, error) {
 	}
 }
 
-// touchesNoKey lists the ops that can never change a key's value.
-func touchesNoKey(op fsm.Op) bool {
-	switch op {
-	case fsm.OpCompact, fsm.OpPublish, fsm.OpMember, fsm.OpLeaseGrant, fsm.OpLeaseCheckpoint, fsm.OpAlarm, fsm.OpReadLeases, fsm.OpAuth:
-		return true
-	}
-	return false
-}
-
 func noop() {}
 
-// Admit implements node.Gate.
-func (m *Manager) Admit(ctx context.Context, op fsm.Op, data []byte) (func(), error) {
-	if touchesNoKey(op) {
-		return noop, nil
-	}
-	cmd, err := fsm.Decode(data)
-	if err != nil {
-		return nil, fmt.Errorf("readlease: admit: %w", err)
-	}
+// Admit implements node.Gate. It reads the command as its proposer passed
+// it: the gate never decodes an entry.
+func (m *Manager) Admit(ctx context.Context, cmd fsm.Command) (func(), error) {
 	w := WriteOf(cmd)
 	if w.Empty() {
 		return noop, nil

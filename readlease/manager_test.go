@@ -201,13 +201,10 @@ func (h *managerHarness) put(key string) <-chan time.Time {
 // putUntil is put, with the write in flight (admitted, not applied) until
 // end is closed.
 func (h *managerHarness) putUntil(key string, end <-chan struct{}) <-chan time.Time {
-	data, err := fsm.Encode(fsm.OpPut, &pb.PutRequest{Key: []byte(key), Value: []byte("v")})
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	cmd := fsm.Command{Op: fsm.OpPut, Msg: &pb.PutRequest{Key: []byte(key), Value: []byte("v")}}
 	out := make(chan time.Time, 1)
 	go func() {
-		release, err := h.m.Admit(context.Background(), fsm.OpPut, data)
+		release, err := h.m.Admit(context.Background(), cmd)
 		if err != nil {
 			h.t.Errorf("admit: %v", err)
 			return
@@ -417,14 +414,11 @@ func TestReadDoesNotWaitForASilentHolder(t *testing.T) {
 func TestReadGoesOnWhenTheWriteGivesUp(t *testing.T) {
 	h := newManagerHarness(t, 2)
 	s := h.holder(1, "k")
-	data, err := fsm.Encode(fsm.OpPut, &pb.PutRequest{Key: []byte("k"), Value: []byte("v")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd := fsm.Command{Op: fsm.OpPut, Msg: &pb.PutRequest{Key: []byte("k"), Value: []byte("v")}}
 	ctx, cancel := context.WithCancel(context.Background())
 	gaveUp := make(chan error, 1)
 	go func() {
-		_, err := h.m.Admit(ctx, fsm.OpPut, data)
+		_, err := h.m.Admit(ctx, cmd)
 		gaveUp <- err
 	}()
 	invalidation(t, s)

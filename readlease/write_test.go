@@ -34,6 +34,16 @@ func TestWriteOf(t *testing.T) {
 	if len(w.Ranges) != 1 || string(w.Ranges[0][0]) != "r" || string(w.Ranges[0][1]) != "s" {
 		t.Errorf("txn ranges %q", w.Ranges)
 	}
+	if w := WriteOf(fsm.Command{Op: fsm.OpPut, Msg: &pb.PutRequest{Key: []byte("p")}}); len(w.Keys) != 1 || string(w.Keys[0]) != "p" || len(w.Ranges) != 0 {
+		t.Errorf("put touches %+v", w)
+	}
+	fromKey := &pb.DeleteRangeRequest{Key: []byte("k"), RangeEnd: []byte{0}}
+	if w := WriteOf(fsm.Command{Op: fsm.OpDeleteRange, Msg: fromKey}); len(w.Keys) != 0 || len(w.Ranges) != 1 || string(w.Ranges[0][0]) != "k" || string(w.Ranges[0][1]) != "\x00" {
+		t.Errorf("delete from a key on touches %+v", w)
+	}
+	if w := WriteOf(fsm.Command{Op: fsm.OpTxn, Msg: &pb.TxnRequest{Success: []*pb.RequestOp{rng}}}); !w.Empty() {
+		t.Errorf("read-only txn touches %+v", w)
+	}
 	if w := WriteOf(fsm.Command{Op: fsm.OpLeaseExpire, Msg: &lease.Expire{IDs: []int64{3, 4}}}); !slices.Equal(w.Leases, []int64{3, 4}) {
 		t.Errorf("expire leases %v", w.Leases)
 	}

@@ -40,12 +40,12 @@ func (s *Server) AuthorizeRequest(ai auth.Info, req any) error {
 	store := s.node.FSM().Store()
 	switch r := req.(type) {
 	case *pb.RangeRequest:
-		return st.IsRangePermitted(ai, r.Key, r.RangeEnd)
+		return st.CheckKeys(ai, r, store.LeaseKeys)
 	case *pb.TxnRequest:
 		if !kv.IsReadOnlyTxn(r) {
 			return nil // checked where it applies
 		}
-		return st.CheckTxn(ai, r, store.LeaseKeys)
+		return st.CheckKeys(ai, r, store.LeaseKeys)
 	case *pb.LeaseTimeToLiveRequest:
 		if err := st.RequireUser(ai); err != nil || !r.Keys {
 			return err

@@ -55,28 +55,25 @@ func Propose[R any, T interface {
 	if err != nil {
 		return zero, err
 	}
-	var cmd []byte
-	encode := func() error {
-		if cmd != nil {
-			return nil
-		}
-		var err error
-		if as != nil && op != fsm.OpAuth {
-			cmd, err = fsm.EncodeAs(op, msg, as)
-		} else {
-			cmd, err = fsm.Encode(op, msg)
+	cmd := fsm.Command{Op: op, Msg: msg}
+	if as != nil && op != fsm.OpAuth {
+		// An auth request carries who asks in its own header.
+		cmd.As = as
+	}
+	var data []byte
+	encode := func() (err error) {
+		if data == nil {
+			data, err = cmd.Encode()
 		}
 		return err
 	}
 	return OnLeader(s, ctx, false, func(ctx context.Context) (T, error) {
 		s.peers.Retire()
-		var resp any
-		var err error
-		if as == nil {
-			resp, err = s.node.Propose(ctx, op, msg)
-		} else if err = encode(); err == nil {
-			resp, _, err = s.node.ProposeEncoded(ctx, cmd)
+		if err := encode(); err != nil {
+			return zero, err
 		}
+		// The leader hands its gate the request as it is, decoded.
+		resp, _, err := s.node.ProposeCommand(ctx, cmd, data)
 		if err != nil {
 			return zero, err
 		}
@@ -89,7 +86,7 @@ func Propose[R any, T interface {
 		if err := encode(); err != nil {
 			return zero, err
 		}
-		body, index, err := s.peers.Propose(ctx, leader, cmd)
+		body, index, err := s.peers.Propose(ctx, leader, data)
 		if err != nil {
 			return zero, err
 		}

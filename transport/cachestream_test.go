@@ -188,13 +188,10 @@ func TestServeSessionOnTheWire(t *testing.T) {
 		t.Fatalf("answer to a read without a key: %v; want %v", g, want)
 	}
 
-	data, err := fsm.Encode(fsm.OpPut, &pb.PutRequest{Key: []byte("k"), Value: []byte("w")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd := fsm.Command{Op: fsm.OpPut, Msg: &pb.PutRequest{Key: []byte("k"), Value: []byte("w")}}
 	admitted := make(chan error, 1)
 	go func() {
-		release, err := m.Admit(context.Background(), fsm.OpPut, data)
+		release, err := m.Admit(context.Background(), cmd)
 		if err == nil {
 			release()
 		}
