@@ -67,7 +67,11 @@ func (s *Server) LeaseTimeToLive(ctx context.Context, r *pb.LeaseTimeToLiveReque
 	return OnLeader(s, ctx, true, func(ctx context.Context) (*pb.LeaseTimeToLiveResponse, error) {
 		return s.lessor.TimeToLive(ctx, r)
 	}, func(ctx context.Context, leader string) (*pb.LeaseTimeToLiveResponse, error) {
-		return s.peers.TimeToLive(ctx, leader, r)
+		var resp pb.LeaseTimeToLiveResponse
+		if err := s.peers.Call(ctx, leader, "/etcdserverpb.Lease/LeaseTimeToLive", r, &resp); err != nil {
+			return nil, err
+		}
+		return &resp, nil
 	})
 }
 

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
 // Linearizable runs read on this member's state once that state includes
@@ -55,7 +57,11 @@ func (s *Server) askReadIndex() (uint64, error) {
 		return 0, ErrNotLeader // this member leads now; the caller retries locally
 	}
 	index, err := forward(s, ctx, changed, func(ctx context.Context) (uint64, error) {
-		return s.peers.ReadIndex(ctx, leader)
+		var resp pb.StatusResponse
+		if err := s.peers.Call(ctx, leader, "/corenode.Peer/ReadIndex", &pb.StatusRequest{}, &resp); err != nil {
+			return 0, err
+		}
+		return resp.RaftAppliedIndex, nil
 	})
 	if errors.Is(err, errAbandoned) {
 		return 0, ErrNotLeader // retryable: the caller asks again

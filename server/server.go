@@ -28,14 +28,9 @@ type Peers interface {
 	// peer address leader and returns its answer: the encoded response
 	// and the log index the command applied at there (0: not said).
 	Propose(ctx context.Context, leader string, cmd []byte) (resp []byte, index uint64, err error)
-	// ReadIndex asks the leader at leader for an index covering every
-	// write acknowledged before the call.
-	ReadIndex(ctx context.Context, leader string) (uint64, error)
 	// Renew relays a keep-alive of lease id to the leader at leader and
 	// returns the TTL it was renewed for.
 	Renew(ctx context.Context, leader string, id int64) (ttl int64, err error)
-	// TimeToLive asks the leader at leader how long a lease has left.
-	TimeToLive(ctx context.Context, leader string, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error)
 	// Call runs a unary method of the member at the peer address member
 	// (a leader-only call, or a word to one member), marked as forwarded.
 	Call(ctx context.Context, member, method string, req, resp any) error

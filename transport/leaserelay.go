@@ -21,16 +21,6 @@ func (p *PeerClient) Renew(ctx context.Context, leader string, id int64) (int64,
 	return p.keepAlive.renew(ctx, conn, id)
 }
 
-// TimeToLive implements server.Peers.
-func (p *PeerClient) TimeToLive(ctx context.Context, leader string, r *pb.LeaseTimeToLiveRequest) (*pb.LeaseTimeToLiveResponse, error) {
-	conn, err := p.Conn(leader)
-	if err != nil {
-		return nil, server.ErrNotSent
-	}
-	resp, err := pb.NewLeaseClient(conn).LeaseTimeToLive(forwarded(ctx), r)
-	return resp, peerErr(err)
-}
-
 // kaForwarder multiplexes a follower's forwarded keep-alives onto one
 // stream to the leader and routes answers back by lease ID.
 //

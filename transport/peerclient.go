@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -80,20 +79,6 @@ func (p *PeerClient) Propose(ctx context.Context, leader string, cmd []byte) ([]
 	}
 	body, index, err := p.proposals.propose(ctx, p.grace, conn, cmd)
 	return body, index, peerErr(err)
-}
-
-// ReadIndex implements server.Peers.
-func (p *PeerClient) ReadIndex(ctx context.Context, leader string) (uint64, error) {
-	conn, err := p.Conn(leader)
-	if err != nil {
-		return 0, server.ErrNotSent
-	}
-	var resp pb.StatusResponse
-	err = conn.Invoke(forwarded(ctx), "/corenode.Peer/ReadIndex", &pb.StatusRequest{}, &resp)
-	if err != nil {
-		return 0, peerErr(err)
-	}
-	return resp.RaftAppliedIndex, nil
 }
 
 // Call implements server.Peers.
