@@ -348,7 +348,10 @@ func addsData(op Op, msg Message) bool {
 // --quota-backend-bytes before it proposes it: the member then raises a
 // NOSPACE alarm and refuses the request. A quota of 0 or less is none.
 func (f *FSM) OverQuota(op Op, msg Message, quota int64) bool {
-	return quota > 0 && addsData(op, msg) && f.store.Size()+int64(msg.Size()) > quota
+	// The size test first: it is one atomic load, and only a store near its
+	// quota needs the walk of a Txn's ops that addsData may take, which the
+	// read-lease gate takes again on the leader.
+	return quota > 0 && f.store.Size()+int64(msg.Size()) > quota && addsData(op, msg)
 }
 
 // txnPuts reports whether either branch of r, nested ones included, puts.
