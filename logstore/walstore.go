@@ -172,7 +172,8 @@ func openWAL(dir string, logger hclog.Logger) (walStore, error) {
 		lastFile.Close()
 		return walStore{}, err
 	}
-	w, err := wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(logger), wal.WithMetaStore(meta))
+	w, err := wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(logger), wal.WithMetaStore(meta),
+		wal.WithSegmentFiler(segment.NewFiler(dir, newDataSyncFS())))
 	if err != nil {
 		meta.Close()
 		lastFile.Close()
