@@ -163,6 +163,34 @@ func findLeader(ctx context.Context, c *common, endpoints []string) (memberStatu
 	return memberStatus{}, fmt.Errorf("no endpoint is the leader: %w", errors.Join(errs...))
 }
 
+// endpointsTo is the endpoints a workload's connections dial for --to:
+// all of them (any), the leader's, or the first follower's. A write's
+// path differs by role (a follower forwards it), so a comparison of two
+// systems names the role rather than take whichever member the election
+// made of the first endpoint.
+func endpointsTo(ctx context.Context, c *common, to string) ([]string, error) {
+	switch to {
+	case "any":
+		return c.endpoints, nil
+	case "leader", "follower":
+	default:
+		return nil, fmt.Errorf("--to %q: want any, leader or follower", to)
+	}
+	lead, err := findLeader(ctx, c, c.endpoints)
+	if err != nil {
+		return nil, err
+	}
+	if to == "leader" {
+		return []string{lead.endpoint}, nil
+	}
+	for _, ep := range c.endpoints {
+		if ep != lead.endpoint {
+			return []string{ep}, nil
+		}
+	}
+	return nil, fmt.Errorf("--to follower: every endpoint is the leader %s", lead.endpoint)
+}
+
 // rss reads a process's resident set size from /proc/<pid>/status.
 func rss(pid int) (int64, error) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))

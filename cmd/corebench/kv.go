@@ -73,11 +73,16 @@ func setupPut(fs *flag.FlagSet) func(context.Context, *common) (*Result, error) 
 	var k keyOpts
 	k.register(fs)
 	total := fs.Int64("total", 10000, "total number of put requests")
+	to := fs.String("to", "any", "which members the connections dial: any (connection i dials endpoint i mod len, as etcd's benchmark does), leader, or follower (the first endpoint that is not the leader)")
 	return func(ctx context.Context, c *common) (*Result, error) {
 		if err := k.check(); err != nil {
 			return nil, err
 		}
-		clis, err := connect(ctx, c, c.endpoints, c.conns)
+		eps, err := endpointsTo(ctx, c, *to)
+		if err != nil {
+			return nil, err
+		}
+		clis, err := connect(ctx, c, eps, c.conns)
 		if err != nil {
 			return nil, err
 		}
