@@ -267,7 +267,7 @@ func Start(cfg Config) (*Member, error) {
 	m.server.Register(m.grpc)
 	// Forwarded calls answer in etcd's words too: the member that forwarded
 	// one decides on them (not leader: send it again) and relays them.
-	m.peer = grpc.NewServer(append(transport.ErrorOptions(), grpc.MaxRecvMsgSize(64<<20), grpc.MaxSendMsgSize(math.MaxInt32))...)
+	m.peer = grpc.NewServer(append(transport.ErrorOptions(), transport.PeerServerOptions()...)...)
 	m.server.RegisterPeer(m.peer)
 	gatherer := cfg.Gatherer
 	if g, ok := cfg.Metrics.(prometheus.Gatherer); ok && gatherer == nil {

@@ -43,8 +43,9 @@
 // here that serves calls is safe for concurrent use; Server's setters are
 // for before it serves. A keep-alive stream renews up to 256 leases at
 // once, each on a goroutine of its own; the leader proposes each forwarded
-// command on its own goroutine and one sender gathers the answers into
-// frames; a Watch stream runs its receive, send, resync and progress loops
+// command on its own goroutine, which sends the answer itself unless a
+// send is under way, whose goroutine then takes it along (frameBatcher);
+// a Watch stream runs its receive, send, resync and progress loops
 // apart.
 //
 // Where it sits: below member, which wires it, and above server. Of

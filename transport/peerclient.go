@@ -59,12 +59,32 @@ func (p *PeerClient) Conn(addr string) (*grpc.ClientConn, error) {
 		// A forwarded request is bounded by --max-request-bytes; its answer
 		// (a Txn's ranges) by nothing, as a client's answer is not.
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(maxMsgSize)),
+		grpc.WithInitialWindowSize(peerWindow), grpc.WithInitialConnWindowSize(peerWindow),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("transport: connect to member %s: %w", addr, err)
 	}
 	p.conns[addr] = c
 	return c, nil
+}
+
+// peerWindow is the flow-control window of member-to-member connections,
+// both ways. A window set here turns off gRPC's bandwidth estimator, which
+// otherwise pings the other side on the first data it receives after each
+// ping's answer: on the proposal stream, where a follower's single writes
+// arrive one at a time, that was a ping and its answer per write, two more
+// system calls on each member (strace, 2,000 writes through a follower:
+// 7.4 writes per write on each of the two members before, 5.4 after) and
+// about 5 % of the members' CPU. Peers share a LAN, and 4 MiB covers a
+// forwarded request of the largest --max-request-bytes etcd allows in
+// practice without waiting on the window.
+const peerWindow = 4 << 20
+
+// PeerServerOptions are the options of the peer port's gRPC server: the
+// message limits of forwarded calls and peerWindow.
+func PeerServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxRecvMsgSize(maxMsgSize), grpc.MaxSendMsgSize(math.MaxInt32),
+		grpc.InitialWindowSize(peerWindow), grpc.InitialConnWindowSize(peerWindow)}
 }
 
 // maxMsgSize bounds gRPC messages; request size proper is checked against

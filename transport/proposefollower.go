@@ -29,7 +29,7 @@ type proposalForwarder struct {
 type proposalStream struct {
 	cs     grpc.ClientStream
 	cancel context.CancelFunc
-	out    chan outgoing
+	out    frameBatcher
 
 	mu      sync.Mutex
 	next    uint64
@@ -64,15 +64,9 @@ func (f *proposalForwarder) propose(ctx context.Context, grace time.Duration, co
 	if !ok {
 		return nil, 0, server.ErrNotSent
 	}
+	// A failed send fails the stream, and with it this command's waiter.
+	_ = st.out.add(id, appendRequest(nil, outgoing{id: id, cmd: cmd}))
 	var a proposalAnswer
-	select {
-	case st.out <- outgoing{id: id, cmd: cmd}:
-	case a = <-w.ch: // the stream broke first
-		return a.body, a.index, a.err
-	case <-ctx.Done():
-		st.drop(id)
-		return nil, 0, ctx.Err()
-	}
 	select {
 	case a = <-w.ch:
 	case <-ctx.Done():
@@ -101,8 +95,8 @@ func (f *proposalForwarder) streamTo(conn *grpc.ClientConn, grace time.Duration)
 		cancel()
 		return nil, err
 	}
-	st := &proposalStream{cs: cs, cancel: cancel, out: make(chan outgoing, 1024), waiters: map[uint64]*proposalWaiter{}}
-	go st.send(ctx)
+	st := &proposalStream{cs: cs, cancel: cancel, waiters: map[uint64]*proposalWaiter{}}
+	st.out.send = st.send
 	go st.receive()
 	f.conn, f.stream = conn, st
 	f.open.Store(true)
@@ -163,54 +157,22 @@ func (st *proposalStream) drop(id uint64) {
 	st.mu.Unlock()
 }
 
-// send gathers waiting commands into frames.
-func (st *proposalStream) send(ctx context.Context) {
-	var ids []uint64
-	for {
-		ids = ids[:0]
-		buf, ok := nextFrame(ctx, st.out, func(buf frame, o outgoing) frame {
-			ids = append(ids, o.id)
-			return appendRequest(buf, o)
-		})
-		if !ok {
-			st.fail()
-			return
-		}
-		st.mu.Lock()
-		for _, id := range ids {
-			if w := st.waiters[id]; w != nil {
-				w.sent = true
-			}
-		}
-		st.mu.Unlock()
-		if err := st.cs.SendMsg(&buf); err != nil {
-			st.cancel()
-			st.fail()
-			return
+// send sends a frame of the commands ids: from here on a broken stream
+// leaves their outcome unknown.
+func (st *proposalStream) send(buf frame, ids []uint64) error {
+	st.mu.Lock()
+	for _, id := range ids {
+		if w := st.waiters[id]; w != nil {
+			w.sent = true
 		}
 	}
-}
-
-// nextFrame waits for one item on ch and adds it, and whatever else is
-// already waiting (up to maxFrameBytes), to a new frame: gRPC may still
-// hold the last frame after SendMsg returns, so frames are never reused.
-// ok is false once ctx ends.
-func nextFrame[T any](ctx context.Context, ch <-chan T, add func(frame, T) frame) (buf frame, ok bool) {
-	select {
-	case v := <-ch:
-		buf = add(nil, v)
-	case <-ctx.Done():
-		return nil, false
+	st.mu.Unlock()
+	if err := st.cs.SendMsg(&buf); err != nil {
+		st.cancel()
+		st.fail()
+		return err
 	}
-	for len(buf) < maxFrameBytes {
-		select {
-		case v := <-ch:
-			buf = add(buf, v)
-		default:
-			return buf, true
-		}
-	}
-	return buf, true
+	return nil
 }
 
 func appendRequest(buf frame, o outgoing) frame {
