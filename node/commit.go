@@ -88,11 +88,30 @@ func (n *Node) tellCommits(ctx context.Context, term uint64, id raft.ServerID, a
 		return true
 	}
 	waited := false
+	var tried uint64 // the last index told ahead of raft's answer
 	for {
 		committing := n.fsm.Committing()
 		match, told, inflight, changed := n.repl.progress(id, term)
-		target := min(n.raft.CommitIndex(), match)
+		commit := n.raft.CommitIndex()
+		target := min(commit, match)
+		ahead := min(commit, n.repl.sent(id, term))
 		switch {
+		case inflight && ahead > max(told, target) && ahead != tried:
+			// Committed entries are on their way to it in raft's append,
+			// and its raft takes appends one at a time, in the order they
+			// arrive: told now, it commits them as soon as it has stored
+			// them, where after raft's answer it would wait a round trip
+			// more (etcd's leader, too, sends a new commit index while its
+			// appends are in flight). The slower follower of each write
+			// is in this case, and a client whose write it forwarded
+			// waits for it. Should this append overtake raft's (they
+			// travel on different connections), the follower refuses it,
+			// and the answer to raft's wakes this loop as before.
+			tried = ahead
+			waited = false
+			if err := n.sendCommit(term, id, addr, ahead); err != nil {
+				n.log.Debug("telling a follower the commit index ahead of its answer failed", "follower", id, "index", ahead, "err", err)
+			}
 		case target <= told:
 			waited = false
 			select {

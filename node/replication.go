@@ -95,6 +95,9 @@ type peerProgress struct {
 	// inflight counts appends to it that carry entries or a commit index
 	// (heartbeats carry neither and are not counted).
 	inflight int
+	// sent is the last index of the entries this leader has sent it, in
+	// appends answered or not, and falls back to match when one fails.
+	sent uint64
 	// changed is closed and replaced whenever an append to it completes.
 	changed chan struct{}
 }
@@ -211,6 +214,9 @@ func (r *replication) AppendEntries(id raft.ServerID, target raft.ServerAddress,
 	counted := p.term == args.Term
 	if counted {
 		p.inflight++
+		if len(args.Entries) > 0 {
+			p.sent = max(p.sent, last)
+		}
 	}
 	r.mu.Unlock()
 
@@ -231,7 +237,10 @@ func (r *replication) AppendEntries(id raft.ServerID, target raft.ServerAddress,
 		// The follower set its commit index to min(LeaderCommitIndex, its
 		// last index), and its last index is at least last.
 		p.told = max(p.told, min(args.LeaderCommitIndex, last))
+	} else if len(args.Entries) > 0 && p.term == args.Term {
+		p.sent = p.match
 	}
+	p.sent = max(p.sent, p.match)
 	p.changedLocked()
 	return err
 }
@@ -294,6 +303,17 @@ func (r *replication) progress(id raft.ServerID, term uint64) (match, told uint6
 		return 0, 0, false, p.changed
 	}
 	return p.match, p.told, p.inflight > 0, p.changed
+}
+
+// sent returns the last index of the entries sent to id in term (see
+// peerProgress.sent), 0 when the records are of another term.
+func (r *replication) sent(id raft.ServerID, term uint64) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if p := r.peerLocked(id, term); p.term == term {
+		return p.sent
+	}
+	return 0
 }
 
 // RequestPreVote passes pre-vote through, unless this member cannot

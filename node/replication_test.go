@@ -265,3 +265,54 @@ func TestTimeoutNowRefusedWhileUnwritable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// heldTransport holds each append until the test answers it: success or
+// refusal, in the request's term.
+type heldTransport struct {
+	*raft.InmemTransport
+	entered chan struct{}
+	answer  chan bool
+}
+
+func (t *heldTransport) AppendEntries(_ raft.ServerID, _ raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	t.entered <- struct{}{}
+	*resp = raft.AppendEntriesResponse{Term: args.Term, Success: <-t.answer}
+	return nil
+}
+
+// TestSentCoversAppendsInFlight: the commit teller may name an entry as the
+// previous one of its append as soon as raft's append carrying it is on
+// its way (sent), before the follower answers (match); a refused append
+// takes sent back to what the follower acknowledged.
+func TestSentCoversAppendsInFlight(t *testing.T) {
+	_, inmem := raft.NewInmemTransport("leader")
+	ht := &heldTransport{InmemTransport: inmem, entered: make(chan struct{}), answer: make(chan bool)}
+	r := newReplication(ht, logstore.NewHealth(quiet))
+	const f = raft.ServerID("f1")
+	send := func(req *raft.AppendEntriesRequest, ok bool) (check func()) {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			var resp raft.AppendEntriesResponse
+			r.AppendEntries(f, "f1", req, &resp)
+		}()
+		<-ht.entered
+		return func() { ht.answer <- ok; <-done }
+	}
+	answer := send(appendReq(3, 10, 3, entries(3, 11, 14)), true)
+	match, _, inflight, _ := r.progress(f, 3)
+	if got := r.sent(f, 3); got != 14 || match != 0 || !inflight {
+		t.Fatalf("append of 11-14 in flight: sent %d match %d inflight %v, want 14 0 true", got, match, inflight)
+	}
+	answer()
+	if got := r.sent(f, 3); got != 14 {
+		t.Fatalf("after its answer: sent %d, want 14", got)
+	}
+	send(appendReq(3, 14, 3, entries(3, 15, 16)), false)()
+	if got := r.sent(f, 3); got != 14 {
+		t.Fatalf("after a refused append of 15-16: sent %d, want 14 (the follower's match)", got)
+	}
+	if got := r.sent(f, 4); got != 0 {
+		t.Fatalf("term 4: sent %d, want 0", got)
+	}
+}
