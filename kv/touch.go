@@ -116,9 +116,10 @@ func walkTxn(t *pb.TxnRequest, steps []step) []step {
 		}
 		steps = append(steps, step{Touch: Touch{Access: Read, Key: c.Key, End: c.RangeEnd, Req: c}})
 	}
-	for _, success := range [2]bool{true, false} {
+	for i, ops := range [2][]*pb.RequestOp{t.Success, t.Failure} {
+		success := i == 0
 		steps = append(steps, step{kind: stepEnter, success: success})
-		for _, op := range branch(t, success) {
+		for _, op := range ops {
 			var req any
 			switch v := op.GetRequest().(type) {
 			case *pb.RequestOp_RequestTxn:
