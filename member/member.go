@@ -278,6 +278,7 @@ func Start(cfg Config) (*Member, error) {
 	m.serve(func() error { return m.grpc.Serve(m.pipe) })
 
 	m.serve(func() error { return m.peer.Serve(m.peerMux.GRPCListener()) })
+	m.serve(func() error { return m.server.ServeProposalConns(m.peerMux.ProposalListener()) })
 	for _, c := range m.clients {
 		m.serve(func() error { return m.grpc.Serve(c.GRPC()) })
 		m.serve(func() error { return m.http.Serve(c.HTTP()) })

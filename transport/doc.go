@@ -26,10 +26,12 @@
 //
 // Bytes on connections are the edge's too. A follower's forwarded writes
 // travel on one stream per leader, gathered into frames (propose.go: the
-// format and the leader's side; proposefollower.go: the follower's), and
-// its relayed keep-alives on one shared LeaseKeepAlive stream
-// (leaserelay.go). mux.go splits each port by its first bytes: the peer
-// port into raft's stream layer and member-to-member gRPC, the client port
+// format and the leader's side; proposefollower.go: the follower's;
+// proposeconn.go: the stream's own peer connection, or gRPC to a member of
+// an earlier version; batch.go: who sends a frame), and its relayed
+// keep-alives on one shared LeaseKeepAlive stream (leaserelay.go). mux.go
+// splits each port by its first bytes: the peer port into raft's stream
+// layer, member-to-member gRPC and proposal connections, the client port
 // into gRPC and HTTP/1. http.go serves /health, /livez, /readyz, /version
 // and /metrics; gateway.go serves etcd's JSON gateway, which calls this
 // member's own gRPC server over an in-memory pipe (pipe.go), so a gateway
@@ -37,7 +39,7 @@
 //
 // A Put starts at kvService.Put (kv.go), a keep-alive at
 // leaseService.LeaseKeepAlive (lease.go), and a write another member
-// forwarded to this one as leader at serveProposals (propose.go).
+// forwarded to this one as leader at serveProposalFrames (propose.go).
 //
 // Concurrency: gRPC serves each call on its own goroutine, and every type
 // here that serves calls is safe for concurrent use; Server's setters are

@@ -19,8 +19,9 @@ import (
 // so raft and member-to-member gRPC share the one peer port that operators
 // configure (--listen-peer-urls), as etcd's peer port carries both.
 const (
-	streamRaft byte = 'R'
-	streamGRPC byte = 'G'
+	streamRaft    byte = 'R'
+	streamGRPC    byte = 'G'
+	streamPropose byte = 'P' // a follower's proposal stream (proposeconn.go)
 )
 
 // preambleTimeout bounds how long a new connection may take to say what it
@@ -122,11 +123,12 @@ func (b *bufferedConn) tlsState() (tls.ConnectionState, bool) {
 // PeerMux splits the peer listener into the raft stream layer and the
 // member-to-member gRPC listener, and dials other members' peer ports.
 type PeerMux struct {
-	m    mux
-	raft *route
-	grpc *route
-	adv  net.Addr
-	cfg  PeerConfig
+	m       mux
+	raft    *route
+	grpc    *route
+	propose *route
+	adv     net.Addr
+	cfg     PeerConfig
 }
 
 // PeerConfig says how members reach each other.
@@ -157,8 +159,8 @@ func NewPeerMux(ln net.Listener, cfg PeerConfig, logger *slog.Logger) (*PeerMux,
 	if cfg.ServerTLS != nil {
 		ln = tls.NewListener(ln, cfg.ServerTLS)
 	}
-	p := &PeerMux{raft: newRoute(adv), grpc: newRoute(ln.Addr()), adv: adv, cfg: cfg}
-	p.m = mux{ln: ln, log: logger, routes: []*route{p.raft, p.grpc}}
+	p := &PeerMux{raft: newRoute(adv), grpc: newRoute(ln.Addr()), propose: newRoute(ln.Addr()), adv: adv, cfg: cfg}
+	p.m = mux{ln: ln, log: logger, routes: []*route{p.raft, p.grpc, p.propose}}
 	p.m.classify = func(br *bufio.Reader) (*route, error) {
 		b, err := br.ReadByte()
 		if err != nil {
@@ -169,6 +171,8 @@ func NewPeerMux(ln net.Listener, cfg PeerConfig, logger *slog.Logger) (*PeerMux,
 			return p.raft, nil
 		case streamGRPC:
 			return p.grpc, nil
+		case streamPropose:
+			return p.propose, nil
 		}
 		return nil, fmt.Errorf("unknown peer stream type %q", b)
 	}
@@ -190,6 +194,10 @@ func (p *PeerMux) Addr() net.Addr { return p.m.ln.Addr() }
 
 // GRPCListener yields member-to-member gRPC connections.
 func (p *PeerMux) GRPCListener() net.Listener { return p.grpc }
+
+// ProposalListener yields the proposal connections of followers
+// (proposeconn.go).
+func (p *PeerMux) ProposalListener() net.Listener { return p.propose }
 
 // DialGRPC opens a member-to-member gRPC connection to a peer address.
 func (p *PeerMux) DialGRPC(ctx context.Context, addr string) (net.Conn, error) {

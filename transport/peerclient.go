@@ -31,6 +31,9 @@ type PeerClient struct {
 
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn // by peer address
+	// legacy is when each member of an earlier version (by peer address)
+	// last closed a proposal connection unanswered.
+	legacy map[string]time.Time
 
 	proposals proposalForwarder
 	keepAlive kaForwarder
@@ -41,7 +44,7 @@ var _ server.Peers = (*PeerClient)(nil)
 // NewPeerClient returns the peer-port client of a member whose peer port
 // is peers; grace is the election timeout.
 func NewPeerClient(peers *PeerMux, grace time.Duration) *PeerClient {
-	return &PeerClient{peers: peers, grace: grace, conns: map[string]*grpc.ClientConn{}}
+	return &PeerClient{peers: peers, grace: grace, conns: map[string]*grpc.ClientConn{}, legacy: map[string]time.Time{}}
 }
 
 // Conn returns the connection to the member whose peer address is addr.
@@ -93,12 +96,35 @@ const maxMsgSize = 64 << 20
 
 // Propose implements server.Peers over the proposal stream.
 func (p *PeerClient) Propose(ctx context.Context, leader string, cmd []byte) ([]byte, uint64, error) {
-	conn, err := p.Conn(leader)
-	if err != nil {
-		return nil, 0, server.ErrNotSent
-	}
-	body, index, err := p.proposals.propose(ctx, p.grace, conn, cmd)
+	to := proposalTarget{key: leader, open: func(ctx context.Context) (frameConn, error) { return p.openProposals(ctx, leader) }}
+	body, index, err := p.proposals.propose(ctx, p.grace, to, cmd)
 	return body, index, peerErr(err)
+}
+
+// openProposals opens a proposal stream to the member at addr: a
+// connection of its own, or, to a member of an earlier version, the
+// /corenode.Peer/Propose gRPC stream (proposeconn.go).
+func (p *PeerClient) openProposals(ctx context.Context, addr string) (frameConn, error) {
+	p.mu.Lock()
+	since, legacy := p.legacy[addr]
+	p.mu.Unlock()
+	if !legacy || time.Since(since) > legacyRetry {
+		rf, err := dialRawFrames(ctx, p.peers, addr)
+		if err == nil {
+			return rf, nil
+		}
+		if !errors.Is(err, errNoProposalConns) {
+			return nil, err
+		}
+		p.mu.Lock()
+		p.legacy[addr] = time.Now()
+		p.mu.Unlock()
+	}
+	conn, err := p.Conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return openGRPCFrames(conn)
 }
 
 // Call implements server.Peers.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -111,30 +112,67 @@ func readRecord(b []byte, kind *byte) (id uint64, body, rest []byte, err error) 
 	return id, b[:l], b[l:], nil
 }
 
-// serveProposals is the leader's side of a follower's proposal stream: every
-// command is proposed as it arrives, on a goroutine of its own, and its
-// answer goes back from there as it comes, gathered into a frame with the
-// answers that wait with it (frameBatcher).
+// serveProposals is the leader's side of a follower's proposal stream over
+// gRPC, which a follower of an earlier version opens (proposeconn.go).
 func (s *Server) serveProposals(stream grpc.ServerStream) error {
-	ctx, cancel := context.WithCancel(stream.Context())
-	defer cancel()
-	md, _ := metadata.FromIncomingContext(ctx)
+	md, _ := metadata.FromIncomingContext(stream.Context())
 	indexed := len(md.Get(indexedAnswersKey)) > 0
+	return s.serveProposalFrames(stream.Context(), grpcServerFrames{stream}, indexed)
+}
+
+// ServeProposalConns serves the followers' proposal connections that ln
+// yields, until ln is closed. The connections it accepted stay open until
+// Close (or until their follower closes them), so a leader shutting down
+// still answers the writes it took while it hands leadership over, as its
+// peer gRPC server does.
+func (s *Server) ServeProposalConns(ln net.Listener) error {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("transport: accept a proposal connection: %w", err)
+		}
+		go func() {
+			rf := newRawFrames(c)
+			stop := context.AfterFunc(s.done, rf.close)
+			defer stop()
+			defer rf.close()
+			if _, err := c.Write([]byte{proposeHello}); err != nil {
+				return
+			}
+			if err := s.serveProposalFrames(s.done, rf, true); err != nil && !errors.Is(err, io.EOF) && s.done.Err() == nil {
+				s.log.Debug("proposal connection ended", "remote", c.RemoteAddr(), "err", err)
+			}
+		}()
+	}
+}
+
+// serveProposalFrames is the leader's side of a follower's proposal
+// stream: every command is proposed as it arrives, on a goroutine of its
+// own, and its answer goes back from there as it comes, gathered into a
+// frame with the answers that wait with it (frameBatcher). indexed says
+// the follower reads answerApplied. It returns when the stream ends.
+func (s *Server) serveProposalFrames(ctx context.Context, fc frameConn, indexed bool) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	sendErr := make(chan error, 1)
 	answers := frameBatcher{send: func(buf frame, _ []uint64) error {
 		if err := ctx.Err(); err != nil {
-			return err // the handler returned: its stream takes no more
+			return err // the stream ended: it takes no more
 		}
-		if err := stream.SendMsg(&buf); err != nil {
+		if err := fc.send(buf); err != nil {
 			sendErr <- err
 			cancel()
+			fc.close()
 			return err
 		}
 		return nil
 	}}
 	var in frame
 	for {
-		if err := stream.RecvMsg(&in); err != nil {
+		if err := fc.recv(&in); err != nil {
 			select {
 			case err := <-sendErr:
 				return err
@@ -151,7 +189,7 @@ func (s *Server) serveProposals(stream grpc.ServerStream) error {
 				return status.Error(codes.InvalidArgument, err.Error())
 			}
 			b = rest
-			cmd = append([]byte(nil), cmd...) // in is reused by the next RecvMsg
+			cmd = append([]byte(nil), cmd...) // in is reused by the next recv
 			go func() {
 				// A proposal's wait is bounded by raft (its enqueue timeout,
 				// and a leader without quorum steps down), not by ctx.

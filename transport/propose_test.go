@@ -68,6 +68,11 @@ func putCommand(t *testing.T) []byte {
 	return cmd
 }
 
+// grpcTarget is the member behind conn, reached over gRPC.
+func grpcTarget(conn *grpc.ClientConn) proposalTarget {
+	return proposalTarget{key: conn.Target(), open: func(context.Context) (frameConn, error) { return openGRPCFrames(conn) }}
+}
+
 func dialPeer(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -132,7 +137,7 @@ func TestProposalStreamRoutesAnswers(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			body, index, err := f.propose(ctx, time.Second, conn, cmd)
+			body, index, err := f.propose(ctx, time.Second, grpcTarget(conn), cmd)
 			if value == "refuse" {
 				if !errors.Is(err, rpctypes.ErrGRPCLeaseNotFound) {
 					errs <- fmt.Errorf("command %d: got %v, want %v", i, err, rpctypes.ErrGRPCLeaseNotFound)
@@ -188,7 +193,7 @@ func TestProposalStreamCutAfterSend(t *testing.T) {
 	cmd := putCommand(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, _, err = f.propose(ctx, time.Second, conn, cmd)
+	_, _, err = f.propose(ctx, time.Second, grpcTarget(conn), cmd)
 	if got.Load() != 1 {
 		t.Fatalf("the leader saw %d commands, want 1", got.Load())
 	}
@@ -202,7 +207,7 @@ func TestProposalStreamCutAfterSend(t *testing.T) {
 	}
 	gone := dialPeer(t, closed.Addr().String())
 	closed.Close()
-	_, _, err = f.propose(ctx, time.Second, gone, cmd)
+	_, _, err = f.propose(ctx, time.Second, grpcTarget(gone), cmd)
 	if !errors.Is(err, server.ErrNotSent) {
 		t.Fatalf("a command that never left returned %v, want %v", err, server.ErrNotSent)
 	}
@@ -257,7 +262,7 @@ func TestProposalStreamRetired(t *testing.T) {
 	cmd := putCommand(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, _, err := f.propose(ctx, time.Second, conn, cmd); err != nil {
+	if _, _, err := f.propose(ctx, time.Second, grpcTarget(conn), cmd); err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()
@@ -269,7 +274,7 @@ func TestProposalStreamRetired(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the retired stream stayed open")
 	}
-	if _, _, err := f.propose(ctx, time.Second, conn, cmd); err != nil {
+	if _, _, err := f.propose(ctx, time.Second, grpcTarget(conn), cmd); err != nil {
 		t.Fatal(err)
 	}
 	f.mu.Lock()

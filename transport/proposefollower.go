@@ -8,9 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
-
 	"github.com/corenode/corenode/server"
 )
 
@@ -18,7 +15,7 @@ import (
 // commands multiplexed on it by id.
 type proposalForwarder struct {
 	mu     sync.Mutex
-	conn   *grpc.ClientConn
+	leader string // the member stream goes to
 	stream *proposalStream
 	closed bool
 	// open mirrors stream != nil, so the leader's write path can tell
@@ -26,10 +23,16 @@ type proposalForwarder struct {
 	open atomic.Bool
 }
 
+// proposalTarget is the member a command goes to: key names it, and open
+// opens a proposal stream to it.
+type proposalTarget struct {
+	key  string
+	open func(ctx context.Context) (frameConn, error)
+}
+
 type proposalStream struct {
-	cs     grpc.ClientStream
-	cancel context.CancelFunc
-	out    frameBatcher
+	fc  frameConn
+	out frameBatcher
 
 	mu      sync.Mutex
 	next    uint64
@@ -49,14 +52,14 @@ type proposalWaiter struct {
 	sent bool
 }
 
-// propose sends cmd to the leader over conn and returns the leader's
+// propose sends cmd to the leader to and returns the leader's
 // answer: the response and the log index it applied at (0 from a leader
 // of an earlier version), or the leader's error. A command that never left
 // returns server.ErrNotSent, one whose stream broke after it was handed
 // over server.ErrLeaderChanged (its outcome is unknown). The request layer
 // ends ctx grace after the leader changed.
-func (f *proposalForwarder) propose(ctx context.Context, grace time.Duration, conn *grpc.ClientConn, cmd []byte) ([]byte, uint64, error) {
-	st, err := f.streamTo(conn, grace)
+func (f *proposalForwarder) propose(ctx context.Context, grace time.Duration, to proposalTarget, cmd []byte) ([]byte, uint64, error) {
+	st, err := f.streamTo(ctx, to, grace)
 	if err != nil {
 		return nil, 0, server.ErrNotSent
 	}
@@ -76,29 +79,29 @@ func (f *proposalForwarder) propose(ctx context.Context, grace time.Duration, co
 	return a.body, a.index, a.err
 }
 
-// streamTo returns the stream to conn's member, opening it, and retiring a
-// stream to an earlier leader after grace (its calls may still be
-// answered meanwhile).
-func (f *proposalForwarder) streamTo(conn *grpc.ClientConn, grace time.Duration) (*proposalStream, error) {
+// streamTo returns the stream to member to, opening it (within grace and
+// ctx), and retiring a stream to an earlier leader after grace (its calls
+// may still be answered meanwhile).
+func (f *proposalForwarder) streamTo(ctx context.Context, to proposalTarget, grace time.Duration) (*proposalStream, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
 		return nil, errors.New("transport: server closed")
 	}
-	if f.conn == conn && f.stream != nil && !f.stream.isBroken() {
+	if f.leader == to.key && f.stream != nil && !f.stream.isBroken() {
 		return f.stream, nil
 	}
 	f.retireLocked(grace)
-	ctx, cancel := context.WithCancel(metadata.AppendToOutgoingContext(context.Background(), forwardedKey, "1", indexedAnswersKey, "1"))
-	cs, err := conn.NewStream(ctx, &proposeStreamDesc, "/corenode.Peer/Propose", grpc.CallContentSubtype(frameCodecName))
+	octx, cancel := context.WithTimeout(ctx, grace)
+	defer cancel()
+	fc, err := to.open(octx)
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	st := &proposalStream{cs: cs, cancel: cancel, waiters: map[uint64]*proposalWaiter{}}
+	st := &proposalStream{fc: fc, waiters: map[uint64]*proposalWaiter{}}
 	st.out.send = st.send
 	go st.receive()
-	f.conn, f.stream = conn, st
+	f.leader, f.stream = to.key, st
 	f.open.Store(true)
 	return st, nil
 }
@@ -116,9 +119,9 @@ func (f *proposalForwarder) retire(grace time.Duration) {
 
 func (f *proposalForwarder) retireLocked(grace time.Duration) {
 	if old := f.stream; old != nil {
-		time.AfterFunc(grace, old.cancel)
+		time.AfterFunc(grace, old.fc.close)
 	}
-	f.conn, f.stream = nil, nil
+	f.leader, f.stream = "", nil
 	f.open.Store(false)
 }
 
@@ -127,7 +130,7 @@ func (f *proposalForwarder) close() {
 	defer f.mu.Unlock()
 	f.closed = true
 	if f.stream != nil {
-		f.stream.cancel()
+		f.stream.fc.close()
 		f.stream = nil
 	}
 	f.open.Store(false)
@@ -167,8 +170,8 @@ func (st *proposalStream) send(buf frame, ids []uint64) error {
 		}
 	}
 	st.mu.Unlock()
-	if err := st.cs.SendMsg(&buf); err != nil {
-		st.cancel()
+	if err := st.fc.send(buf); err != nil {
+		st.fc.close()
 		st.fail()
 		return err
 	}
@@ -186,15 +189,15 @@ func (st *proposalStream) receive() {
 	defer st.fail()
 	var in frame
 	for {
-		if err := st.cs.RecvMsg(&in); err != nil {
-			st.cancel()
+		if err := st.fc.recv(&in); err != nil {
+			st.fc.close()
 			return
 		}
 		for b := []byte(in); len(b) > 0; {
 			var kind byte
 			id, body, rest, err := readRecord(b, &kind)
 			if err != nil {
-				st.cancel()
+				st.fc.close()
 				return
 			}
 			b = rest

@@ -35,12 +35,19 @@ type Server struct {
 	leases      server.Leases
 	cluster     server.Cluster
 	maintenance server.Maintenance
+
+	// done ends with Close: the proposal connections served close then.
+	done context.Context
+	stop context.CancelFunc
 }
 
 // NewServer returns the services of the member whose requests req runs
 // and whose peer-port client is peers.
 func NewServer(req *server.Server, peers *PeerClient, logger *slog.Logger) *Server {
+	done, stop := context.WithCancel(context.Background())
 	return &Server{
+		done:             done,
+		stop:             stop,
 		req:              req,
 		kv:               req,
 		leases:           req,
@@ -71,8 +78,9 @@ func (s *Server) RegisterPeer(g *grpc.Server) {
 	g.RegisterService(&peerServiceDesc, &peerService{s})
 }
 
-// Close drops connections to other members.
+// Close drops connections to other members, and theirs to this one.
 func (s *Server) Close() {
+	s.stop()
 	s.peers.Close()
 }
 
