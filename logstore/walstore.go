@@ -172,8 +172,7 @@ func openWAL(dir string, logger hclog.Logger) (walStore, error) {
 		lastFile.Close()
 		return walStore{}, err
 	}
-	w, err := wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(logger), wal.WithMetaStore(meta),
-		wal.WithSegmentFiler(segment.NewFiler(dir, newDataSyncFS())))
+	w, err := wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(logger), wal.WithMetaStore(meta))
 	if err != nil {
 		meta.Close()
 		lastFile.Close()
