@@ -8,7 +8,7 @@
 //
 // Durability. StoreLogs, StoreLog, Set and SetUint64 return nil only once
 // what they wrote is durable: raft-wal writes the batch with a commit frame
-// and fdatasyncs it (dataSyncFS); raft-boltdb commits a bolt transaction (two fdatasyncs).
+// and fsyncs it; raft-boltdb commits a bolt transaction (two fdatasyncs).
 // A failed write returns an error (and marks the Health, through Guard
 // and Stable).
 //

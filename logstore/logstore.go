@@ -22,7 +22,7 @@ import (
 // names --log-store takes.
 const (
 	// WAL is hashicorp/raft-wal: append-only segment files under
-	// <data-dir>/wal/, one fdatasync per append (dataSyncFS), and its small meta database
+	// <data-dir>/wal/, one fsync per append, and its small meta database
 	// (bolt, written on segment rotation, truncation and raft's term and
 	// vote) as the stable store.
 	WAL = "wal"
@@ -32,7 +32,7 @@ const (
 )
 
 // Default is the store a new data dir gets when none is named:
-// raft-wal, which commits a one-entry append with one fdatasync where bolt
+// raft-wal, which commits a one-entry append with one fsync where bolt
 // needs two and measured faster on put-1, put and lease-grant
 // (docs/BENCHMARKS.md, "Log stores").
 const Default = WAL

@@ -128,8 +128,8 @@ func (s walStore) Close() error {
 
 // openWAL opens (creating) the raft-wal store in dir.
 //
-// raft-wal syncs every append before StoreLogs returns (a commit frame with
-// a CRC of the batch, then fdatasync through dataSyncFS), and on opening checks only the last
+// raft-wal fsyncs every append before StoreLogs returns (a commit frame with
+// a CRC of the batch, then fsync), and on opening checks only the last
 // batch of the newest segment: a torn last batch is dropped as never
 // acknowledged. It reads records back without a checksum, so openStore
 // wraps it in checkedStore.
