@@ -17,12 +17,10 @@ import (
 // state checks root where it applies. Passwords are hashed at the edge's
 // side of the log (the member that received them), never in it.
 
-// AuthProposal runs an Auth service request through the write pipeline
-// and returns its response, a *R.
-func AuthProposal[R any, T interface {
-	*R
-	fsm.Message
-}](s *Server, ctx context.Context, r *pb.InternalRaftRequest) (T, error) {
+// ProposeAuth runs an Auth service request through the write pipeline
+// and returns its response; newResp returns an empty response of r's
+// type.
+func (s *Server) ProposeAuth(ctx context.Context, r *pb.InternalRaftRequest, newResp func() Message) (Message, error) {
 	if r.Header == nil {
 		hdr, err := s.As(ctx)
 		if err != nil {
@@ -30,7 +28,7 @@ func AuthProposal[R any, T interface {
 		}
 		r.Header = hdr
 	}
-	return Propose[R, T](s, ctx, fsm.OpAuth, r)
+	return s.propose(ctx, fsm.OpAuth, r, newResp)
 }
 
 // Authenticate checks the password on this member (bcrypt, with the
@@ -42,10 +40,7 @@ func (s *Server) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*
 	st := s.AuthStore()
 	// caughtUp waits until this member has applied every entry committed
 	// before the call.
-	caughtUp := func() error {
-		_, err := Linearizable(s, ctx, func() (struct{}, error) { return struct{}{}, nil })
-		return err
-	}
+	caughtUp := func() error { return s.AwaitLinearizable(ctx) }
 	for attempt := 0; ; attempt++ {
 		// Check against state that includes every change acknowledged
 		// before this call (a password just changed, say).
@@ -63,7 +58,7 @@ func (s *Server) Authenticate(ctx context.Context, r *pb.AuthenticateRequest) (*
 		}
 		req := &pb.InternalRaftRequest{Header: &pb.RequestHeader{AuthRevision: rev},
 			Authenticate: &pb.InternalAuthenticateRequest{Name: r.Name, SimpleToken: prefix}}
-		resp, err := AuthProposal[pb.AuthenticateResponse](s, ctx, req)
+		resp, err := Propose[pb.AuthenticateResponse](s, ctx, fsm.OpAuth, req)
 		if errors.Is(err, auth.ErrAuthOldRevision) && attempt < 3 {
 			continue
 		}

@@ -36,6 +36,13 @@ func Linearizable[T any](s *Server, ctx context.Context, read func() (T, error))
 	})
 }
 
+// AwaitLinearizable returns once this member's state includes every write
+// acknowledged before the call (Linearizable, reading nothing).
+func (s *Server) AwaitLinearizable(ctx context.Context) error {
+	_, err := Linearizable(s, ctx, func() (struct{}, error) { return struct{}{}, nil })
+	return err
+}
+
 // ReadIndex is the leader's answer to a follower's read-index question.
 func (s *Server) ReadIndex(ctx context.Context) (uint64, error) {
 	return s.node.ReadIndex(ctx)

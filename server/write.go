@@ -43,17 +43,31 @@ func Propose[R any, T interface {
 	*R
 	fsm.Message
 }](s *Server, ctx context.Context, op fsm.Op, msg fsm.Message) (T, error) {
-	var zero T
+	resp, err := s.propose(ctx, op, msg, func() fsm.Message { return T(new(R)) })
+	if err != nil {
+		return nil, err
+	}
+	t, ok := resp.(T)
+	if !ok {
+		return nil, fmt.Errorf("server: %s applied with %T", op, resp)
+	}
+	return t, nil
+}
+
+// propose is the write pipeline (see the top of this file); newResp
+// returns an empty response of op's type, for the leader's answer to a
+// forwarded write to be read into.
+func (s *Server) propose(ctx context.Context, op fsm.Op, msg fsm.Message, newResp func() fsm.Message) (fsm.Message, error) {
 	if msg.Size() > s.limits.MaxRequestBytes {
-		return zero, ErrRequestTooLarge
+		return nil, ErrRequestTooLarge
 	}
 	if s.node.FSM().OverQuota(op, msg, s.limits.QuotaBackendBytes) {
 		s.raiseNoSpace(ctx)
-		return zero, fsm.ErrNoSpace
+		return nil, fsm.ErrNoSpace
 	}
 	as, err := s.As(ctx)
 	if err != nil {
-		return zero, err
+		return nil, err
 	}
 	cmd := fsm.Command{Op: op, Msg: msg}
 	if as != nil && op != fsm.OpAuth {
@@ -67,39 +81,39 @@ func Propose[R any, T interface {
 		}
 		return err
 	}
-	return OnLeader(s, ctx, false, func(ctx context.Context) (T, error) {
+	return OnLeader(s, ctx, false, func(ctx context.Context) (fsm.Message, error) {
 		s.peers.Retire()
 		if err := encode(); err != nil {
-			return zero, err
+			return nil, err
 		}
 		// The leader hands its gate the request as it is, decoded.
 		resp, _, err := s.node.ProposeCommand(ctx, cmd, data)
 		if err != nil {
-			return zero, err
+			return nil, err
 		}
-		t, ok := resp.(T)
+		m, ok := resp.(fsm.Message)
 		if !ok {
-			return zero, fmt.Errorf("server: %s applied with %T", op, resp)
+			return nil, fmt.Errorf("server: %s applied with %T", op, resp)
 		}
-		return t, nil
-	}, func(ctx context.Context, leader string) (T, error) {
+		return m, nil
+	}, func(ctx context.Context, leader string) (fsm.Message, error) {
 		if err := encode(); err != nil {
-			return zero, err
+			return nil, err
 		}
 		body, index, err := s.peers.Propose(ctx, leader, data)
 		if err != nil {
-			return zero, err
+			return nil, err
 		}
-		t := T(new(R))
-		if err := t.Unmarshal(body); err != nil {
-			return zero, fmt.Errorf("server: %s: leader's answer: %w", op, err)
+		m := newResp()
+		if err := m.Unmarshal(body); err != nil {
+			return nil, fmt.Errorf("server: %s: leader's answer: %w", op, err)
 		}
 		// A member that falls behind for longer answers "request timed
 		// out", as etcd does; the write is committed.
 		if err := s.node.AwaitApplied(ctx, index); err != nil {
-			return zero, err
+			return nil, err
 		}
-		return t, nil
+		return m, nil
 	})
 }
 

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
@@ -24,9 +25,13 @@ func authCall[R any, T interface {
 	*R
 	authResponse
 }](a *authService, ctx context.Context, r *pb.InternalRaftRequest) (T, error) {
-	resp, err := server.AuthProposal[R, T](a.s.req, ctx, r)
+	m, err := a.s.req.ProposeAuth(ctx, r, func() server.Message { return T(new(R)) })
 	if err != nil {
 		return nil, mapErr(ctx, err)
+	}
+	resp, ok := m.(T)
+	if !ok {
+		return nil, mapErr(ctx, fmt.Errorf("transport: auth request answered with %T", m))
 	}
 	a.s.header(resp.GetHeader())
 	return resp, nil

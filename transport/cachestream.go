@@ -25,7 +25,7 @@ const maxSessionGets = 256
 // session's messages out, in the order it queued them. It returns
 // server.ErrNotLeader at once when this member has no leader term
 // built, so the caller can relay the session to the leader.
-func serveSession(req *server.Server, stream cachepb.Cache_SessionServer) error {
+func serveSession(req server.Streams, stream cachepb.Cache_SessionServer) error {
 	s, err := req.OpenCacheSession(stream.Context())
 	if err != nil {
 		return err

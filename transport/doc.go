@@ -7,14 +7,15 @@
 //
 // A call is four steps here: decode it, call the request layer, map the
 // error through the one table, fill the header with this member's view.
-// The KV, Lease, Cluster and Maintenance services reach the request layer
-// through server.KV, server.Leases, server.Cluster and server.Maintenance,
-// as v3rpc reaches RaftKV and Lessor; RangeStream, Watch, the cache
-// sessions, the Auth and peer services and the HTTP handlers call the
-// *server.Server the edge was built with. The table is errTable
-// (errors.go): mapErr turns an error from below into the gRPC error etcd
-// sends, and both ports' interceptors pass every handler's error through
-// it. peerclient.go reads the same table backwards (fromGRPC, in peerErr),
+// Every call reaches the request layer through server.API, as v3rpc
+// reaches RaftKV and Lessor: server.KV, Leases, Cluster and Maintenance
+// for those services, Auth, Streams (RangeStream, Watch, the cache
+// sessions), View (what headers and health answers say) and Peer (what
+// other members ask of this one).
+//
+// The table is errTable (errors.go): mapErr turns an error from below into
+// the gRPC error etcd sends, and both ports' interceptors pass every
+// handler's error through it. peerclient.go reads the same table backwards (fromGRPC, in peerErr),
 // so the leader's answer to a forwarded call comes back as the typed error
 // it was there, and the request layer decides retries on types, not text.
 //

@@ -10,8 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/corenode/corenode/server"
 )
 
 // HTTPHandler serves /health (etcd's JSON form), /livez, /readyz,
@@ -92,6 +90,5 @@ func (s *Server) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	// A read index from the leader proves it holds a quorum.
-	_, err := server.Linearizable(s.req, ctx, func() (struct{}, error) { return struct{}{}, nil })
-	return err
+	return s.req.AwaitLinearizable(ctx)
 }

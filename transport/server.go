@@ -22,7 +22,7 @@ const forwardedKey = "corenode-forwarded"
 // call, runs it in the request layer (req, kv), maps the error and fills
 // the header.
 type Server struct {
-	req   *server.Server
+	req   server.API
 	kv    server.KV
 	peers *PeerClient
 	log   *slog.Logger
@@ -43,7 +43,7 @@ type Server struct {
 
 // NewServer returns the services of the member whose requests req runs
 // and whose peer-port client is peers.
-func NewServer(req *server.Server, peers *PeerClient, logger *slog.Logger) *Server {
+func NewServer(req server.API, peers *PeerClient, logger *slog.Logger) *Server {
 	done, stop := context.WithCancel(context.Background())
 	return &Server{
 		done:             done,
