@@ -13,6 +13,11 @@ import "sync"
 // records that wait together still travel in one frame, up to
 // maxFrameBytes.
 //
+// A caller that sends waits for its send to end, whatever its own context
+// says: on a proposal connection rawWriteTimeout bounds a write, and on
+// the gRPC stream the 4 MiB window (peerWindow) keeps SendMsg from waiting
+// unless the leader stopped reading.
+//
 // Concurrency: add may be called from any number of goroutines at once.
 // send runs on one goroutine at a time, never with mu held, and gets a new
 // frame each time (gRPC may hold the last one after SendMsg returns). Once

@@ -37,6 +37,7 @@ type PeerClient struct {
 
 	proposals proposalForwarder
 	keepAlive kaForwarder
+	open      func(ctx context.Context, addr string) (frameConn, error) // openProposals, bound once
 }
 
 var _ server.Peers = (*PeerClient)(nil)
@@ -44,7 +45,9 @@ var _ server.Peers = (*PeerClient)(nil)
 // NewPeerClient returns the peer-port client of a member whose peer port
 // is peers; grace is the election timeout.
 func NewPeerClient(peers *PeerMux, grace time.Duration) *PeerClient {
-	return &PeerClient{peers: peers, grace: grace, conns: map[string]*grpc.ClientConn{}, legacy: map[string]time.Time{}}
+	p := &PeerClient{peers: peers, grace: grace, conns: map[string]*grpc.ClientConn{}, legacy: map[string]time.Time{}}
+	p.open = p.openProposals
+	return p
 }
 
 // Conn returns the connection to the member whose peer address is addr.
@@ -96,8 +99,7 @@ const maxMsgSize = 64 << 20
 
 // Propose implements server.Peers over the proposal stream.
 func (p *PeerClient) Propose(ctx context.Context, leader string, cmd []byte) ([]byte, uint64, error) {
-	to := proposalTarget{key: leader, open: func(ctx context.Context) (frameConn, error) { return p.openProposals(ctx, leader) }}
-	body, index, err := p.proposals.propose(ctx, p.grace, to, cmd)
+	body, index, err := p.proposals.propose(ctx, p.grace, proposalTarget{key: leader, open: p.open}, cmd)
 	return body, index, peerErr(err)
 }
 

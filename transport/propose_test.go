@@ -70,7 +70,7 @@ func putCommand(t *testing.T) []byte {
 
 // grpcTarget is the member behind conn, reached over gRPC.
 func grpcTarget(conn *grpc.ClientConn) proposalTarget {
-	return proposalTarget{key: conn.Target(), open: func(context.Context) (frameConn, error) { return openGRPCFrames(conn) }}
+	return proposalTarget{key: conn.Target(), open: func(context.Context, string) (frameConn, error) { return openGRPCFrames(conn) }}
 }
 
 func dialPeer(t *testing.T, addr string) *grpc.ClientConn {

@@ -23,11 +23,11 @@ type proposalForwarder struct {
 	open atomic.Bool
 }
 
-// proposalTarget is the member a command goes to: key names it, and open
-// opens a proposal stream to it.
+// proposalTarget is the member a command goes to: key names it (its peer
+// address), and open opens a proposal stream to the member at key.
 type proposalTarget struct {
 	key  string
-	open func(ctx context.Context) (frameConn, error)
+	open func(ctx context.Context, key string) (frameConn, error)
 }
 
 type proposalStream struct {
@@ -52,7 +52,7 @@ type proposalWaiter struct {
 	sent bool
 }
 
-// propose sends cmd to the leader to and returns the leader's
+// propose sends cmd to the leader, to, and returns the leader's
 // answer: the response and the log index it applied at (0 from a leader
 // of an earlier version), or the leader's error. A command that never left
 // returns server.ErrNotSent, one whose stream broke after it was handed
@@ -94,7 +94,7 @@ func (f *proposalForwarder) streamTo(ctx context.Context, to proposalTarget, gra
 	f.retireLocked(grace)
 	octx, cancel := context.WithTimeout(ctx, grace)
 	defer cancel()
-	fc, err := to.open(octx)
+	fc, err := to.open(octx, to.key)
 	if err != nil {
 		return nil, err
 	}
