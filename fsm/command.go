@@ -68,6 +68,9 @@ const (
 	// it caught up (node's promoter), and a joining member finds its ID by
 	// its peer URLs. The name and client URLs a member published stay.
 	OpMember Op = 14
+	// OpIncarnation records the cluster's incarnation (Incarnation): a
+	// random ID the first leader of a history commits (incarnation.go).
+	OpIncarnation Op = 15
 )
 
 func (o Op) String() string {
@@ -100,6 +103,8 @@ func (o Op) String() string {
 		return "as"
 	case OpMember:
 		return "member"
+	case OpIncarnation:
+		return "incarnation"
 	}
 	return fmt.Sprintf("op(%d)", byte(o))
 }
@@ -196,6 +201,8 @@ func Decode(data []byte) (Command, error) {
 		msg = &ReadLeases{}
 	case OpAuth:
 		msg = &pb.InternalRaftRequest{}
+	case OpIncarnation:
+		msg = &Incarnation{}
 	case OpAs:
 		return decodeAs(data[2:])
 	default:

@@ -49,6 +49,9 @@ type FSM struct {
 	alarms atomic.Pointer[[]*pb.AlarmMember]
 	// readLeases is the OpReadLeases record, guarded by mu.
 	readLeases ReadLeaseState
+	// incarnation is the cluster's (incarnation.go), guarded by mu.
+	incarnation   uint64
+	onIncarnation func(uint64)
 
 	// amu guards applied, the index of the last entry this FSM applied,
 	// appliedCh, closed and replaced whenever applied advances, and
@@ -257,6 +260,8 @@ func (f *FSM) applyCommand(l *raft.Log) Result {
 		return Result{Resp: f.publish(cmd.Msg.(*pb.Member))}
 	case OpMember:
 		return Result{Resp: f.recordMember(cmd.Msg.(*pb.Member))}
+	case OpIncarnation:
+		return Result{Resp: f.applyIncarnation(cmd.Msg.(*Incarnation))}
 	case OpLeaseGrant:
 		r := cmd.Msg.(*pb.LeaseGrantRequest)
 		if err := f.leases.Grant(r.ID, r.TTL); err != nil {

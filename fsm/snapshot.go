@@ -21,16 +21,19 @@ import (
 	"github.com/corenode/corenode/lease"
 )
 
-// Snapshot format, version 4 (version 3 lacks the read-lease horizon,
-// version 2 also the alarms, version 1 also the applied index):
+// Snapshot format, version 6 (version 5 lacks the incarnation, version 4
+// also the auth state, version 3 also the read-lease horizon, version 2
+// also the alarms, version 1 also the applied index):
 //
-//	magic "corenode-fsm\n", version byte (4)
+//	magic "corenode-fsm\n", version byte (6)
 //	uvarint applied index (the raft index the state is as of)
 //	uvarint cluster ID
 //	uvarint length + pb.MemberListResponse (published members, by ID order)
 //	uvarint lease clock, uvarint lease count, then per lease varint ID, TTL, Expiry
 //	uvarint alarm count, then per alarm uvarint member ID, uvarint type
 //	uvarint read-lease grant term, horizon in nanoseconds, cleared term
+//	uvarint length + the auth state
+//	uvarint incarnation (0: none yet)
 //	the kv snapshot (the lease-to-keys index is rebuilt from it, never stored)
 const snapshotMagic = "corenode-fsm\n"
 const (
@@ -40,19 +43,22 @@ const (
 	snapshotV4 byte = 4
 	// snapshotV5 adds the auth state after the read-lease record.
 	snapshotV5 byte = 5
+	// snapshotV6 adds the cluster's incarnation (uvarint) after the auth state.
+	snapshotV6 byte = 6
 )
 
 type snapshot struct {
-	applied    uint64
-	clusterID  uint64
-	members    []*pb.Member
-	leaseClock int64
-	leases     []lease.Lease
-	alarms     []*pb.AlarmMember
-	readLeases ReadLeaseState
-	auth       []byte
-	authErr    error
-	kv         *kv.Snapshot
+	applied     uint64
+	clusterID   uint64
+	members     []*pb.Member
+	leaseClock  int64
+	leases      []lease.Lease
+	alarms      []*pb.AlarmMember
+	readLeases  ReadLeaseState
+	auth        []byte
+	authErr     error
+	incarnation uint64
+	kv          *kv.Snapshot
 }
 
 // Snapshot implements raft.FSM. It copies only pointers to immutable data;
@@ -75,6 +81,7 @@ func (f *FSM) capture() *snapshot {
 	}
 	s.alarms = f.Alarms()
 	s.readLeases = f.readLeases
+	s.incarnation = f.incarnation
 	f.mu.RUnlock()
 	s.auth, s.authErr = f.auth.Marshal()
 	slices.SortFunc(s.members, func(a, b *pb.Member) int { return cmp.Compare(a.ID, b.ID) })
@@ -112,7 +119,7 @@ func (s *snapshot) write(w io.Writer) error {
 	if s.authErr != nil {
 		return fmt.Errorf("fsm: snapshot auth state: %w", s.authErr)
 	}
-	bw.WriteByte(snapshotV5)
+	bw.WriteByte(snapshotV6)
 	bw.Write(binary.AppendUvarint(nil, s.applied))
 	bw.Write(binary.AppendUvarint(nil, s.clusterID))
 	ml, err := (&pb.MemberListResponse{Members: s.members}).Marshal()
@@ -142,6 +149,7 @@ func (s *snapshot) write(w io.Writer) error {
 	bw.Write(buf)
 	bw.Write(binary.AppendUvarint(nil, uint64(len(s.auth))))
 	bw.Write(s.auth)
+	bw.Write(binary.AppendUvarint(nil, s.incarnation))
 	if _, err := s.kv.WriteTo(bw); err != nil {
 		return err
 	}
@@ -165,7 +173,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	version := magic[len(snapshotMagic)]
 	switch version {
 	case snapshotV1:
-	case snapshotV2, snapshotV3, snapshotV4, snapshotV5:
+	case snapshotV2, snapshotV3, snapshotV4, snapshotV5, snapshotV6:
 		var err error
 		if applied, err = binary.ReadUvarint(br); err != nil {
 			return fmt.Errorf("fsm: restore: applied index: %w", err)
@@ -256,6 +264,12 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 			return fmt.Errorf("fsm: restore: auth: %w", err)
 		}
 	}
+	var incarnation uint64
+	if version >= snapshotV6 {
+		if incarnation, err = binary.ReadUvarint(br); err != nil {
+			return fmt.Errorf("fsm: restore: incarnation: %w", err)
+		}
+	}
 	f.lmu.Lock()
 	defer f.lmu.Unlock()
 	if err := f.store.Restore(br); err != nil {
@@ -278,7 +292,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.members = members
 	f.alarms.Store(&alarms)
 	f.readLeases = readLeases
+	f.incarnation = incarnation
 	f.mu.Unlock()
+	f.tellIncarnation(incarnation)
 	// A restore may move the index back (a reseeded snapshot starts a new
 	// log at 1), so it is set, not advanced.
 	f.amu.Lock()

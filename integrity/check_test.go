@@ -14,22 +14,22 @@ import (
 )
 
 func TestJudge(t *testing.T) {
-	h := func(sum uint32) kv.KVHash { return kv.KVHash{Hash: sum, Revision: 9} }
+	h := func(sum uint32) view { return view{hash: sum} }
 	cases := []struct {
 		name    string
-		hashes  map[uint64]kv.KVHash
+		hashes  map[uint64]view
 		voters  int
 		corrupt []uint64
 		ok      bool
 	}{
-		{"all agree", map[uint64]kv.KVHash{1: h(5), 2: h(5), 3: h(5)}, 3, nil, true},
-		{"one follower differs", map[uint64]kv.KVHash{1: h(5), 2: h(6), 3: h(5)}, 3, []uint64{2}, true},
-		{"the leader differs", map[uint64]kv.KVHash{1: h(7), 2: h(5), 3: h(5)}, 3, []uint64{1}, true},
-		{"two of three answered and agree", map[uint64]kv.KVHash{1: h(5), 3: h(5)}, 3, nil, true},
-		{"two of three answered and disagree", map[uint64]kv.KVHash{1: h(5), 3: h(6)}, 3, nil, false},
-		{"all three differ", map[uint64]kv.KVHash{1: h(5), 2: h(6), 3: h(7)}, 3, nil, false},
-		{"five members, two differ", map[uint64]kv.KVHash{1: h(5), 2: h(5), 3: h(6), 4: h(5), 5: h(7)}, 5, []uint64{3, 5}, true},
-		{"five members, a majority is not answering", map[uint64]kv.KVHash{1: h(5), 2: h(5)}, 5, nil, false},
+		{"all agree", map[uint64]view{1: h(5), 2: h(5), 3: h(5)}, 3, nil, true},
+		{"one follower differs", map[uint64]view{1: h(5), 2: h(6), 3: h(5)}, 3, []uint64{2}, true},
+		{"the leader differs", map[uint64]view{1: h(7), 2: h(5), 3: h(5)}, 3, []uint64{1}, true},
+		{"two of three answered and agree", map[uint64]view{1: h(5), 3: h(5)}, 3, nil, true},
+		{"two of three answered and disagree", map[uint64]view{1: h(5), 3: h(6)}, 3, nil, false},
+		{"all three differ", map[uint64]view{1: h(5), 2: h(6), 3: h(7)}, 3, nil, false},
+		{"five members, two differ", map[uint64]view{1: h(5), 2: h(5), 3: h(6), 4: h(5), 5: h(7)}, 5, []uint64{3, 5}, true},
+		{"five members, a majority is not answering", map[uint64]view{1: h(5), 2: h(5)}, 5, nil, false},
 	}
 	for _, tc := range cases {
 		_, corrupt, ok := Judge(tc.hashes, tc.voters)
@@ -45,6 +45,24 @@ type fakeCluster struct {
 	stores  map[uint64]*kv.Store
 	down    map[uint64]bool
 	corrupt []uint64
+	// applied is each member's applied index; unset, its revision (as if
+	// every entry made one).
+	applied map[uint64]uint64
+}
+
+func (f *fakeCluster) appliedOf(id uint64) uint64 {
+	if i, ok := f.applied[id]; ok {
+		return i
+	}
+	return uint64(f.stores[id].Rev())
+}
+
+func (f *fakeCluster) Applied() uint64 { return f.appliedOf(f.self) }
+func (f *fakeCluster) PeerApplied(_ context.Context, id uint64) (uint64, int64, error) {
+	if f.down[id] {
+		return 0, 0, context.DeadlineExceeded
+	}
+	return f.appliedOf(id), f.stores[id].Rev(), nil
 }
 
 func (f *fakeCluster) Self() uint64 { return f.self }
@@ -150,3 +168,33 @@ func TestCheckSkipsACompactedRevision(t *testing.T) {
 }
 
 func putRequest(k, v string) *pb.PutRequest { return &pb.PutRequest{Key: []byte(k), Value: []byte(v)} }
+
+// TestCheckNamesAMemberShortOfTheRevision: a member that applied as many
+// entries as the leader had when it recorded the revision, and holds fewer
+// revisions, applied another history; it used to answer "future revision"
+// round after round and never be compared. A member merely behind is
+// still left out.
+func TestCheckNamesAMemberShortOfTheRevision(t *testing.T) {
+	f := &fakeCluster{self: 1, stores: map[uint64]*kv.Store{}, down: map[uint64]bool{}, applied: map[uint64]uint64{}}
+	for id := uint64(1); id <= 3; id++ {
+		f.stores[id] = kv.NewStore(kv.Options{})
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		put(t, f.stores[1], k, "1")
+		put(t, f.stores[3], k, "1")
+	}
+	put(t, f.stores[2], "other", "1") // its history made one revision of three entries
+	f.applied = map[uint64]uint64{1: 10, 2: 10, 3: 10}
+	k := New(f, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if named, err := k.Check(context.Background()); err != nil || named != nil {
+		t.Fatalf("first round: %v %v", named, err)
+	}
+	f.applied[2] = 9 // behind: not judged
+	if named, err := k.Check(context.Background()); err != nil || named != nil {
+		t.Fatalf("a member behind was named: %v %v", named, err)
+	}
+	f.applied[2] = 12
+	if named, err := k.Check(context.Background()); err != nil || !slices.Equal(named, []uint64{2}) {
+		t.Fatalf("named %v (%v), want member 2, short of the revision at the same index", named, err)
+	}
+}

@@ -50,6 +50,14 @@ func (c integrityCluster) PeerHash(ctx context.Context, id uint64, rev int64) (k
 	return c.s.PeerHashKV(ctx, id, rev)
 }
 
+func (c integrityCluster) Applied() uint64 { return c.n.FSM().Applied() }
+
+func (c integrityCluster) PeerApplied(ctx context.Context, id uint64) (uint64, int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return c.s.PeerApplied(ctx, id)
+}
+
 func (c integrityCluster) Corrupt(id uint64) bool {
 	return c.n.FSM().HasAlarm(id, pb.AlarmType_CORRUPT)
 }

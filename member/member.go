@@ -167,7 +167,12 @@ func Start(cfg Config) (*Member, error) {
 	}
 
 	tracker := lease.NewTracker(lease.SystemClock{}, lease.TrackerConfig{CheckpointAfter: cfg.LeaseCheckpointAfter})
+	// The raft handshake states and judges this member's history from the
+	// first connection raft makes (node/fence.go).
+	fence := node.NewFence(logger)
+	m.peerMux.SetIdentity(fence)
 	m.node, err = node.New(node.Config{
+		Fence:               fence,
 		LeaseObserver:       tracker,
 		Name:                cfg.Name,
 		DataDir:             cfg.DataDir,
@@ -331,6 +336,14 @@ func (m *Member) Ready() <-chan struct{} { return m.ready }
 // Removed is closed when the cluster has removed this member; the process
 // should then Close it and exit.
 func (m *Member) Removed() <-chan struct{} { return m.node.Removed() }
+
+// Halted is closed when this member found it holds another history than
+// its cluster's; HaltErr says what and how to recover. The process should
+// then Close it and exit.
+func (m *Member) Halted() <-chan struct{} { return m.node.Halted() }
+
+// HaltErr is why Halted was closed.
+func (m *Member) HaltErr() error { return m.node.HaltErr() }
 
 // Node is the member's node.
 func (m *Member) Node() *node.Node { return m.node }

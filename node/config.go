@@ -31,6 +31,11 @@ type Config struct {
 	ClientURLs []string
 	// Transport carries raft RPCs between members.
 	Transport raft.Transport
+	// Fence, when set, is the one the raft stream's handshake asks
+	// (transport.PeerMux.SetIdentity), made with NewFence before the
+	// transport; New gives it this member's ID and incarnation before raft
+	// starts. Nil: New makes one, and the handshake checks nothing.
+	Fence *Fence
 	// Bootstrap, when the data dir holds no raft state, starts a new cluster
 	// with InitialMembers (every initial member bootstraps with the same list).
 	// Without it the member waits to be added by an existing cluster.

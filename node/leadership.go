@@ -92,6 +92,11 @@ func (n *Node) lead(ctx context.Context) {
 	if n.raft.CurrentTerm() != term {
 		return
 	}
+	// A history's first leader names it before anything else it does, so
+	// its members state it in every raft handshake from then on (fence.go).
+	if err := n.newIncarnation(ctx, false); err != nil && ctx.Err() == nil {
+		n.log.Warn("cluster incarnation not committed; the next term tries again", "err", err)
+	}
 	n.readyTerm.Store(term)
 	n.ready.Notify()
 	n.log.Info("leading", "term", term, "applied", n.raft.AppliedIndex())

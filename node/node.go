@@ -51,7 +51,9 @@ type Node struct {
 	logs   raft.LogStore
 	// verifier checks the log against the leader's checkpoints (logstore/verify.go).
 	verifier *logstore.Verifier
-	repl     *replication
+	// fence keeps out members of another history (fence.go).
+	fence *Fence
+	repl  *replication
 	// metrics are always collected; cfg.Metrics decides whether anyone sees them.
 	metrics *metrics
 	obs     *raft.Observer
@@ -150,6 +152,9 @@ func New(cfg Config) (_ *Node, err error) {
 		n.log.Info("this member's ID is the one its data dir keeps or the cluster gave it", "id", fmt.Sprintf("%x", id))
 	}
 	n.cfg.ID, cfg.ID = id, id
+	if err := n.setUpFence(); err != nil {
+		return nil, err
+	}
 	n.verifier = store.Verifier(id)
 	undo = append(undo, n.verifier.Close)
 	logs, err := raft.NewLogCache(1024, n.verifier)
@@ -163,6 +168,7 @@ func New(cfg Config) (_ *Node, err error) {
 	stable := n.health.Stable(store, n.stop)
 
 	n.repl = newReplication(cfg.Transport, n.health)
+	n.repl.checkAppend = n.checkAppend
 	notify := make(chan bool, 16)
 	rc := raftConfig(cfg, notify)
 
@@ -200,6 +206,9 @@ func New(cfg Config) (_ *Node, err error) {
 	undo = append(undo, func() { r.Shutdown() })
 	stable.Campaigning(func() bool { return r.State() == raft.Candidate })
 	n.raft = r
+	n.fence.mu.Lock()
+	n.fence.voters = n.voterIDs
+	n.fence.mu.Unlock()
 	n.services = append(n.services, checkpointer{n}, promoter{n})
 	n.prober = heartbeatProber{n}
 	n.notify = notify

@@ -79,6 +79,10 @@ type replication struct {
 	watchAnswers     atomic.Bool
 	answered         signal
 	firstCommitNamed atomic.Uint64
+
+	// checkAppend, when set, judges every leader's append with entries
+	// before raft sees it (fence.go); an error refuses it.
+	checkAppend func(*raft.AppendEntriesRequest) error
 }
 
 // peerProgress is what the leader knows of one follower's log, from appends
@@ -137,6 +141,12 @@ func (r *replication) consume(in <-chan raft.RPC) {
 				continue
 			}
 		case *raft.AppendEntriesRequest:
+			if len(c.Entries) > 0 && r.checkAppend != nil {
+				if err := r.checkAppend(c); err != nil {
+					rpc.Respond(nil, err)
+					continue
+				}
+			}
 			if c.LeaderCommitIndex > 0 && r.watchAnswers.Load() {
 				r.firstCommitNamed.CompareAndSwap(0, c.LeaderCommitIndex)
 				rpc = r.noticeAnswer(rpc)

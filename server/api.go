@@ -70,6 +70,9 @@ type View interface {
 	AwaitLinearizable(ctx context.Context) error
 	ClusterAge() time.Duration
 	Alarms() []*pb.AlarmMember
+	// Corrupt says the corruption check named this member: it answers no
+	// read from its own state.
+	Corrupt() bool
 	Members(ctx context.Context) ([]*pb.Member, error)
 	// Leader is the leader's peer address, "" while this member leads; it
 	// waits for an election to end until ctx does.
@@ -88,4 +91,7 @@ type Peer interface {
 	// Removed is the answer to the leader that removed member id: if that
 	// is this member, it stops.
 	Removed(id uint64) error
+	// Applied is this member's applied index and then its revision, read
+	// in that order (the corruption check's question: see PeerApplied).
+	Applied() (index uint64, rev int64)
 }

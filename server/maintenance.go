@@ -125,23 +125,54 @@ func (s *Server) HashKV(ctx context.Context, r *pb.HashKVRequest) (*pb.HashKVRes
 // PeerHashKV asks member id for its hash of the key space at rev (the
 // corruption check compares the members').
 func (s *Server) PeerHashKV(ctx context.Context, id uint64, rev int64) (kv.KVHash, error) {
-	members, err := s.node.Members()
+	addr, err := s.peerAddrOf(id)
 	if err != nil {
 		return kv.KVHash{}, err
-	}
-	i := slices.IndexFunc(members, func(m *pb.Member) bool { return m.ID == id && len(m.PeerURLs) > 0 })
-	if i < 0 {
-		return kv.KVHash{}, fmt.Errorf("server: member %x has no peer URL", id)
-	}
-	addr, err := PeerAddr(members[i].PeerURLs)
-	if err != nil {
-		return kv.KVHash{}, fmt.Errorf("server: member %x peer URL: %w", id, err)
 	}
 	var resp pb.HashKVResponse
 	if err := s.peers.Call(ctx, addr, "/etcdserverpb.Maintenance/HashKV", &pb.HashKVRequest{Revision: rev}, &resp); err != nil {
 		return kv.KVHash{}, err
 	}
 	return kv.KVHash{Hash: resp.Hash, Revision: resp.HashRevision, CompactRevision: resp.CompactRevision}, nil
+}
+
+// Applied is this member's applied index, then its revision: read in this
+// order, the revision is at least the one the index produced, so a peer
+// that reports an index at or past another member's and a revision below
+// that member's at it holds another history (package integrity).
+func (s *Server) Applied() (uint64, int64) {
+	index := s.node.FSM().Applied()
+	return index, s.node.Store().Rev()
+}
+
+// PeerApplied asks member id for its Applied.
+func (s *Server) PeerApplied(ctx context.Context, id uint64) (uint64, int64, error) {
+	addr, err := s.peerAddrOf(id)
+	if err != nil {
+		return 0, 0, err
+	}
+	var resp pb.StatusResponse
+	if err := s.peers.Call(ctx, addr, "/corenode.Peer/Applied", &pb.StatusRequest{}, &resp); err != nil {
+		return 0, 0, err
+	}
+	return resp.RaftAppliedIndex, resp.GetHeader().GetRevision(), nil
+}
+
+// peerAddrOf is member id's peer address.
+func (s *Server) peerAddrOf(id uint64) (string, error) {
+	members, err := s.node.Members()
+	if err != nil {
+		return "", err
+	}
+	i := slices.IndexFunc(members, func(m *pb.Member) bool { return m.ID == id && len(m.PeerURLs) > 0 })
+	if i < 0 {
+		return "", fmt.Errorf("server: member %x has no peer URL", id)
+	}
+	addr, err := PeerAddr(members[i].PeerURLs)
+	if err != nil {
+		return "", fmt.Errorf("server: member %x peer URL: %w", id, err)
+	}
+	return addr, nil
 }
 
 // Snapshot is this member's state as etcd's backend file. As etcd, the

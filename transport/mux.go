@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -70,7 +71,7 @@ func (r *route) deliver(c net.Conn) {
 type mux struct {
 	ln       net.Listener
 	log      *slog.Logger
-	classify func(br *bufio.Reader) (*route, error)
+	classify func(c net.Conn, br *bufio.Reader) (*route, error)
 	routes   []*route
 }
 
@@ -93,7 +94,7 @@ func (m *mux) serve() {
 func (m *mux) route(c net.Conn) {
 	_ = c.SetReadDeadline(time.Now().Add(preambleTimeout))
 	br := bufio.NewReader(c)
-	r, err := m.classify(br)
+	r, err := m.classify(c, br)
 	if err != nil {
 		m.log.Debug("dropping connection", "remote", c.RemoteAddr(), "err", err)
 		c.Close()
@@ -129,6 +130,9 @@ type PeerMux struct {
 	propose *route
 	adv     net.Addr
 	cfg     PeerConfig
+
+	identity atomic.Pointer[PeerIdentity] // hello.go
+	legacy   legacyPeers
 }
 
 // PeerConfig says how members reach each other.
@@ -161,13 +165,18 @@ func NewPeerMux(ln net.Listener, cfg PeerConfig, logger *slog.Logger) (*PeerMux,
 	}
 	p := &PeerMux{raft: newRoute(adv), grpc: newRoute(ln.Addr()), propose: newRoute(ln.Addr()), adv: adv, cfg: cfg}
 	p.m = mux{ln: ln, log: logger, routes: []*route{p.raft, p.grpc, p.propose}}
-	p.m.classify = func(br *bufio.Reader) (*route, error) {
+	p.m.classify = func(c net.Conn, br *bufio.Reader) (*route, error) {
 		b, err := br.ReadByte()
 		if err != nil {
 			return nil, err
 		}
 		switch b {
 		case streamRaft:
+			return p.raft, nil
+		case streamRaftHello:
+			if err := p.acceptHello(c, br); err != nil {
+				return nil, err
+			}
 			return p.raft, nil
 		case streamGRPC:
 			return p.grpc, nil
@@ -225,11 +234,12 @@ func (l *raftLayer) Addr() net.Addr { return l.p.adv }
 func (l *raftLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	return l.p.dial(ctx, string(address), streamRaft)
+	return l.p.dialRaft(ctx, string(address))
 }
 
-// dial opens a peer connection of the given kind.
-func (p *PeerMux) dial(ctx context.Context, addr string, kind byte) (net.Conn, error) {
+// dial opens a peer connection that begins with preamble: the stream's
+// kind, and whatever that kind sends first.
+func (p *PeerMux) dial(ctx context.Context, addr string, preamble ...byte) (net.Conn, error) {
 	var d net.Dialer
 	if p.cfg.LocalIP != nil {
 		d.LocalAddr = &net.TCPAddr{IP: p.cfg.LocalIP}
@@ -254,7 +264,7 @@ func (p *PeerMux) dial(ctx context.Context, addr string, kind byte) (net.Conn, e
 		}
 		c = tc
 	}
-	if _, err := c.Write([]byte{kind}); err != nil {
+	if _, err := c.Write(preamble); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("transport: peer preamble to %s: %w", addr, err)
 	}
@@ -279,7 +289,7 @@ func NewClientMux(ln net.Listener, tlsCfg *tls.Config, logger *slog.Logger) *Cli
 	}
 	c := &ClientMux{grpc: newRoute(ln.Addr()), http: newRoute(ln.Addr())}
 	c.m = mux{ln: ln, log: logger, routes: []*route{c.grpc, c.http}}
-	c.m.classify = func(br *bufio.Reader) (*route, error) {
+	c.m.classify = func(_ net.Conn, br *bufio.Reader) (*route, error) {
 		b, err := br.Peek(3)
 		if err != nil && !errors.Is(err, io.EOF) {
 			return nil, err

@@ -21,6 +21,7 @@ var peerServiceDesc = grpc.ServiceDesc{
 		peerMethod("ReadIndex", peerServer.ReadIndex),
 		peerMethod("Members", peerServer.Members),
 		peerMethod("ClusterAge", peerServer.ClusterAge),
+		peerMethod("Applied", peerServer.Applied),
 	},
 	Streams: []grpc.StreamDesc{{
 		StreamName:    proposeStreamDesc.StreamName,
@@ -65,6 +66,9 @@ type peerServer interface {
 	// with a leader (node.ClusterAge), for a new leader's strict
 	// reconfiguration check.
 	ClusterAge(context.Context, *emptypb.Empty) (*durationpb.Duration, error)
+	// Applied is this member's applied index (RaftAppliedIndex) and then
+	// its revision (the header's), for the leader's corruption check.
+	Applied(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error)
 }
 
 type peerService struct{ s *Server }
@@ -84,6 +88,11 @@ func (p *peerService) Members(ctx context.Context, _ *pb.MemberListRequest) (*pb
 		return nil, mapErr(ctx, err)
 	}
 	return &pb.MemberListResponse{Header: p.s.header(nil), Members: ms}, nil
+}
+
+func (p *peerService) Applied(context.Context, *pb.StatusRequest) (*pb.StatusResponse, error) {
+	index, rev := p.s.req.Applied()
+	return &pb.StatusResponse{Header: &pb.ResponseHeader{Revision: rev}, RaftAppliedIndex: index}, nil
 }
 
 func (p *peerService) ClusterAge(context.Context, *emptypb.Empty) (*durationpb.Duration, error) {

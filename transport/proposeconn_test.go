@@ -136,7 +136,7 @@ func TestProposalConnFallsBackToGRPC(t *testing.T) {
 	}
 	grpcRoute := newRoute(ln.Addr())
 	old := &mux{ln: ln, log: slog.New(slog.DiscardHandler), routes: []*route{grpcRoute},
-		classify: func(br *bufio.Reader) (*route, error) {
+		classify: func(_ net.Conn, br *bufio.Reader) (*route, error) {
 			if b, err := br.ReadByte(); err != nil || b != streamGRPC {
 				return nil, fmt.Errorf("unknown peer stream type %q", b)
 			}

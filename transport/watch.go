@@ -341,7 +341,12 @@ func (ws *watchStream) create(ctx context.Context, r *pb.WatchCreateRequest) {
 			Created: true, Canceled: true, CancelReason: err.Error()})
 		return
 	}
-	if err := server.ValidateWatch(r.Key, r.RangeEnd, r.StartRevision); err != nil {
+	err := server.ValidateWatch(r.Key, r.RangeEnd, r.StartRevision)
+	if err == nil && ws.s.req.Corrupt() {
+		// Its events would come from the state the check found wrong.
+		err = server.ErrCorrupt
+	}
+	if err != nil {
 		ws.mu.Unlock()
 		ws.enqueue(ctx, &pb.WatchResponse{Header: ws.header(ws.store.Rev()), WatchId: -1,
 			Created: true, Canceled: true, CancelReason: rpctypes.ErrorDesc(mapErr(ctx, err))})

@@ -301,6 +301,9 @@ func run(args []string) error {
 		m.Close()
 		return errors.New("this member was removed from the cluster (etcdctl member remove); " +
 			"to rejoin, remove its data dir and add it again")
+	case <-m.Halted():
+		m.Close()
+		return m.HaltErr()
 	}
 }
 
