@@ -39,6 +39,10 @@ func TestMain(m *testing.M) {
 		actor()
 		return
 	}
+	if f := os.Getenv(pidsGoneEnv); f != "" {
+		checkPidsGone(f)
+		return
+	}
 	code := m.Run()
 	if built.dir != "" {
 		os.RemoveAll(built.dir)
