@@ -64,7 +64,8 @@ func leftBehindScript(dir string) []string {
 }
 
 // TestLockKillsAllCMDStarted: whatever ends a holder, SIGKILL of the
-// supervisor (`corenode lock`), of its watchdog, of both, or of CMD, every
+// supervisor (`corenode lock`), of its watchdog, of both, or of CMD, or
+// the deadline passing while the supervisor is stopped, every
 // process CMD started (in its group or not: a grandchild, a setsid child,
 // a double-forked orphan) is gone before a successor's CMD starts; the
 // successor's CMD checks that first thing. Once with the PID namespace a
@@ -75,7 +76,9 @@ func TestLockKillsAllCMDStarted(t *testing.T) {
 	bin := buildCorenode(t)
 	c := membertest.New(t, 1)
 	eps := strings.Join(c.Endpoints(), ",")
-	type kill struct{ supervisor, watchdog, cmd bool }
+	// pause: SIGSTOP the supervisor instead, so the watchdog stops CMD at
+	// the deadline (the lease past the drift margin).
+	type kill struct{ supervisor, watchdog, cmd, pause bool }
 	i := 0
 	for _, mode := range []struct{ name, iso string }{
 		{"pidns", ""}, {"userns", "userns"}, {"fallback", "off"},
@@ -89,6 +92,7 @@ func TestLockKillsAllCMDStarted(t *testing.T) {
 			{"watchdog", kill{watchdog: true}, exitHoldError},
 			{"both", kill{supervisor: true, watchdog: true}, -1},
 			{"CMD", kill{cmd: true}, 128 + int(syscall.SIGKILL)},
+			{"deadline", kill{pause: true}, exitHoldLost},
 		} {
 			if mode.iso == "off" && tc.kill.supervisor && tc.kill.watchdog {
 				continue // the fallback's one gap (docs/election.md)
@@ -127,6 +131,10 @@ func TestLockKillsAllCMDStarted(t *testing.T) {
 				if tc.kill.cmd {
 					_ = syscall.Kill(cmd.pid, syscall.SIGKILL)
 				}
+				if tc.kill.pause {
+					_ = syscall.Kill(a.cmd.Process.Pid, syscall.SIGSTOP)
+					t.Cleanup(func() { _ = syscall.Kill(a.cmd.Process.Pid, syscall.SIGCONT) })
+				}
 				b := startHold(t, bin, pidsGoneEnv+"="+filepath.Join(dir, "pids"), "lock", "--endpoints", eps, "--ttl", "2", lock, "--", os.Args[0])
 				for done := false; !done; {
 					select {
@@ -142,6 +150,9 @@ func TestLockKillsAllCMDStarted(t *testing.T) {
 					case <-time.After(20 * time.Second):
 						t.Fatal("the successor's CMD did not start within 20s")
 					}
+				}
+				if tc.kill.pause {
+					_ = syscall.Kill(a.cmd.Process.Pid, syscall.SIGCONT)
 				}
 				if code := a.wait(t, 10*time.Second); code != tc.code {
 					t.Errorf("the first corenode lock exited %d, want %d", code, tc.code)
