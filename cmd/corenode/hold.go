@@ -138,10 +138,13 @@ func parseHold(kind string, args []string) (o holdOptions, names, command []stri
 		err = fmt.Errorf("--ttl %d is not positive", o.ttl)
 	}
 	if err == nil {
+		err = checkHoldName(kind, names[0])
+	}
+	if err == nil {
 		err = o.conn.check()
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "corenode %s: %v\nUsage: %s (corenode %s -h for the flags)\n", kind, err, holdSynopsis(kind), kind)
+		fmt.Fprint(os.Stderr, usageLines("corenode "+kind, err, holdSynopsis(kind)))
 		return o, nil, nil, exitHoldUsage
 	}
 	return o, names, command, -1
