@@ -246,7 +246,12 @@ func startWatchdog(command, env []string, clock bootClock, deadline time.Time, g
 		if err = w.cmd.Start(); err == nil || iso == isolateSubreaper || !cannotIsolate(err) {
 			break
 		}
-		w.noIsolation = fmt.Errorf("%v: %w", iso, err)
+		// Each refusal is part of the why (one line: "; " between them).
+		if w.noIsolation == nil {
+			w.noIsolation = fmt.Errorf("%v: %w", iso, err)
+		} else {
+			w.noIsolation = fmt.Errorf("%w; %v: %w", w.noIsolation, iso, err)
+		}
 	}
 	ctlR.Close()
 	stW.Close()
