@@ -21,7 +21,8 @@
 // Close. `lock` and `elect` (hold.go) hold a client/election leadership and
 // run CMD under a watchdog, a second corenode process (watchdog.go) that
 // stops CMD at the holder-side deadline even while the supervising process
-// is paused. `register` (register.go) keeps an endpoint registered through
+// is paused, and is the init of CMD's PID namespace, so that nothing CMD
+// started outlives the lock. `register` (register.go) keeps an endpoint registered through
 // client/discovery while its health check passes. `snapshot restore`
 // (main.go) seeds a new data dir from etcd's or corenode's snapshot file
 // through member.Restore. The holder subcommands connect with etcdctl's

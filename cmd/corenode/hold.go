@@ -138,10 +138,13 @@ func parseHold(kind string, args []string) (o holdOptions, names, command []stri
 		err = fmt.Errorf("--ttl %d is not positive", o.ttl)
 	}
 	if err == nil {
+		err = checkHoldName(kind, names[0])
+	}
+	if err == nil {
 		err = o.conn.check()
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "corenode %s: %v\nUsage: %s (corenode %s -h for the flags)\n", kind, err, holdSynopsis(kind), kind)
+		fmt.Fprint(os.Stderr, usageLines("corenode "+kind, err, holdSynopsis(kind)))
 		return o, nil, nil, exitHoldUsage
 	}
 	return o, names, command, -1
@@ -150,16 +153,16 @@ func parseHold(kind string, args []string) (o holdOptions, names, command []stri
 // supervise runs command while l leads and returns the exit status: CMD's
 // own when it exits while leading, exitHoldLost when leadership ends first.
 //
-// CMD runs under a watchdog process (watchdog.go) that kills it at the
-// deadline unless this process has moved the deadline on (relay forwards
-// every renewal), and in its own process group, so the stop signals reach
-// what it started too (a shell's children); the catch is that an
-// interactive CMD is not in the terminal's foreground group, which is why
-// SIGINT and SIGTERM sent to corenode are passed on. If corenode itself
-// dies, the kernel sends the watchdog SIGKILL and the watchdog's death
-// sends CMD SIGKILL (Pdeathsig); that signal goes when the thread that
-// started the process exits, so the calling goroutine stays locked to its
-// thread for the rest of the process.
+// CMD runs under a watchdog process (watchdog.go) that kills it, and all
+// it started, at the deadline unless this process has moved the deadline
+// on (relay forwards every renewal). CMD runs in its own process group;
+// the catch is that an interactive CMD is not in the terminal's
+// foreground group, which is why SIGINT and SIGTERM sent to corenode are
+// passed on. If corenode itself dies, the kernel sends the watchdog
+// SIGKILL (Pdeathsig), and the watchdog's death ends its PID namespace,
+// CMD's with it; Pdeathsig goes when the thread that started the process
+// exits, so the calling goroutine stays locked to its thread for the rest
+// of the process.
 func supervise(kind string, l *election.Leadership, relay *renewRelay, command []string, grace time.Duration, sigs <-chan os.Signal) int {
 	token, ok := l.Leading()
 	if !ok {
@@ -174,6 +177,10 @@ func supervise(kind string, l *election.Leadership, relay *renewRelay, command [
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "corenode %s: %v\n", kind, err)
 		return exitHoldError
+	}
+	if wd.noIsolation != nil {
+		fmt.Fprintf(os.Stderr, "corenode %s: warning: no PID namespace for CMD (%v): if this process and its watchdog are both killed, "+
+			"what CMD started can outlive the lock; run as root or enable unprivileged user namespaces\n", kind, wd.noIsolation)
 	}
 	for {
 		select {

@@ -39,6 +39,10 @@ func TestMain(m *testing.M) {
 		actor()
 		return
 	}
+	if f := os.Getenv(pidsGoneEnv); f != "" {
+		checkPidsGone(f)
+		return
+	}
 	code := m.Run()
 	if built.dir != "" {
 		os.RemoveAll(built.dir)
@@ -48,7 +52,13 @@ func TestMain(m *testing.M) {
 
 func actor() {
 	out := bufio.NewWriter(os.Stdout)
-	fmt.Fprintln(out, "pid", os.Getpid(), "token", os.Getenv(tokenEnv), "ppid", os.Getppid())
+	// The pids as the test sees them: CMD runs in the watchdog's PID
+	// namespace, where Getpid is small, but /proc is the host's.
+	self, err := procStat("self")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Fprintln(out, "pid", self.pid, "token", os.Getenv(tokenEnv), "ppid", self.ppid, "leaked", leakedPipes())
 	out.Flush()
 	if os.Getenv(actorEnv) == "ignore-term" {
 		signal.Ignore(syscall.SIGTERM)
@@ -62,6 +72,22 @@ func actor() {
 		out.Flush()
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// leakedPipes lists which of descriptors 3 and 4, the watchdog's control
+// and answer pipes, are open pipes in this process: they must not reach
+// CMD. (Descriptors the test itself inherited may be open beyond them.)
+func leakedPipes() string {
+	var leaked []string
+	for _, fd := range []string{"3", "4"} {
+		if l, err := os.Readlink("/proc/self/fd/" + fd); err == nil && strings.HasPrefix(l, "pipe:") {
+			leaked = append(leaked, fd)
+		}
+	}
+	if len(leaked) == 0 {
+		return "none"
+	}
+	return strings.Join(leaked, ",")
 }
 
 // built is the corenode binary, built once for the tests that need it.
@@ -100,6 +126,7 @@ type holder struct {
 	cmdPid int
 	dogPid int // the watchdog, CMD's parent
 	token  int64
+	leaked string // CMD's descriptors that are pipes, beyond 0-2
 	acts   []int64
 }
 
@@ -156,6 +183,7 @@ func (h *holder) next(t *testing.T, want string, within time.Duration) []string 
 				h.cmdPid, _ = strconv.Atoi(f[1])
 				h.token, _ = strconv.ParseInt(f[3], 10, 64)
 				h.dogPid, _ = strconv.Atoi(f[5])
+				h.leaked = f[7]
 			case "act":
 				at, _ := strconv.ParseInt(f[1], 10, 64)
 				h.acts = append(h.acts, at)
@@ -246,6 +274,9 @@ func testPause(t *testing.T, bin string, cli *clientv3.Client, lock string, stop
 	args := append(append([]string{"lock"}, conn...), "--ttl", "1", lock, "--", os.Args[0])
 	a := startHold(t, bin, actorEnv+"=1", args...)
 	a.next(t, "pid", 15*time.Second)
+	if a.leaked != "none" {
+		t.Errorf("CMD inherited pipes on descriptors %s: the watchdog's own", a.leaked)
+	}
 	for range 20 {
 		a.next(t, "act", 5*time.Second)
 	}

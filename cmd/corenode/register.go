@@ -67,7 +67,7 @@ func parseRegister(args []string) (o registerOptions, code int) {
 		err = o.check(pos, command)
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "corenode register: %v\nUsage: %s (corenode register -h for the flags)\n", err, registerSynopsis)
+		fmt.Fprint(os.Stderr, usageLines("corenode register", err, registerSynopsis))
 		return o, exitHoldUsage
 	}
 	return o, -1
@@ -78,6 +78,12 @@ func (o *registerOptions) check(pos, command []string) error {
 		return fmt.Errorf("want SERVICE ADDR, got %q", pos)
 	}
 	o.service, o.addr, o.command = pos[0], pos[1], command
+	if err := checkServiceName(o.service); err != nil {
+		return err
+	}
+	if err := checkHostPort("ADDR", o.addr); err != nil {
+		return err
+	}
 	checks := 0
 	for _, c := range []string{o.checkHTTP, o.checkTCP, o.checkExec} {
 		if c != "" {
@@ -104,13 +110,14 @@ func (o *registerOptions) check(pos, command []string) error {
 		o.metadataDecoded = json.RawMessage(o.metadata)
 	}
 	if o.checkHTTP != "" {
-		if _, err := http.NewRequest(http.MethodGet, o.checkHTTP, nil); err != nil {
-			return fmt.Errorf("--check-http: %w", err)
+		// A relative URL parses, and then fails every check without a word.
+		if err := checkHTTPURL(o.checkHTTP); err != nil {
+			return err
 		}
 	}
 	if o.checkTCP != "" {
-		if _, _, err := net.SplitHostPort(o.checkTCP); err != nil {
-			return fmt.Errorf("--check-tcp: %w", err)
+		if err := checkHostPort("--check-tcp", o.checkTCP); err != nil {
+			return err
 		}
 	}
 	return o.conn.check()
@@ -250,6 +257,8 @@ type registrar struct {
 	metrics *registerMetrics
 	check   healthCheck
 	reg     *discovery.Registration // nil while not registered
+	// failSaid: the current run of failing checks has been logged.
+	failSaid bool
 }
 
 func (r *registrar) run(sigs <-chan os.Signal) int {
@@ -329,12 +338,19 @@ func (r *registrar) runCheck() {
 	r.metrics.checkDuration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		r.metrics.checks.WithLabelValues("fail").Inc()
-		if r.reg != nil {
+		switch {
+		case r.reg != nil:
 			r.log.Warn("health check failed; deregistering", "err", err)
+		case !r.failSaid:
+			// Otherwise a check that never passes (a closed port, a wrong
+			// URL) leaves the endpoint out without a word.
+			r.log.Warn("health check failed; the endpoint is not registered until the check passes", "err", err)
 		}
+		r.failSaid = true
 		r.setRegistered(false, "check")
 		return
 	}
+	r.failSaid = false
 	r.metrics.checks.WithLabelValues("pass").Inc()
 	r.setRegistered(true, "")
 }

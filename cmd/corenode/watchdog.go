@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
@@ -29,6 +30,21 @@ import (
 // deadline it was given whatever the supervisor does. CMD runs past its
 // deadline only if both are stopped while CMD is not (docs/election.md).
 //
+// "CMD" is everything CMD started, too: a child that left CMD's process
+// group, a daemon that double-forked, must not outlive the lock either.
+// So the watchdog is the init of a PID namespace of its own, and CMD runs
+// inside it: when the namespace's init dies, however (SIGKILL, or the
+// kernel's Pdeathsig after the supervisor died), the kernel kills every
+// process of the namespace, and no setsid or double fork leaves it. The
+// watchdog, as init, reaps every orphan, and once CMD has exited, or been
+// stopped, it kills the rest of the namespace and reaps it before it
+// reports CMD's exit; the supervisor releases the lock only after that
+// report, or after the watchdog's own exit, which the kernel completes
+// only once the namespace is empty. Where no PID namespace can be made
+// (not root and no unprivileged user namespaces) both processes are
+// child subreapers and kill what they find by parent chain instead
+// (isolation below), which leaves one case open: both killed at once.
+//
 // The watchdog keeps time on CLOCK_BOOTTIME with a timerfd, so a suspend of
 // the machine counts as time passed: on wake the kernel wakes the
 // watchdog, and it kills CMD, rather than finishing a wait that the
@@ -36,18 +52,94 @@ import (
 // stops during a suspend).
 //
 // The supervisor writes lines to the watchdog's fd 3, the watchdog answers
-// on its fd 4:
+// on its fd 4 (neither reaches CMD):
 //
-//	D <term> <kill>  deadlines in CLOCK_BOOTTIME ns: SIGTERM to CMD's group at term, SIGKILL at kill; later ones only
-//	T                leadership ended on time: SIGTERM now (if not yet), SIGKILL at kill
-//	K                SIGKILL now
-//	S <n>            pass signal n to CMD's group
-//	(end of input)   the supervisor is gone: SIGKILL now
+//	D <term> <kill>  deadlines in CLOCK_BOOTTIME ns: SIGTERM to all CMD started at term, SIGKILL at kill; later ones only
+//	T                leadership ended on time: SIGTERM to all now (if not yet), SIGKILL at kill
+//	K                SIGKILL to all now
+//	S <n>            pass signal n to CMD's process group (only: as a terminal would)
+//	(end of input)   the supervisor is gone: SIGKILL to all now
 //
-//	P <pid>          CMD started (answer)
-//	X <wait status> <stopped>  CMD exited, stopped by the watchdog (1) or not (0); the watchdog exits next (answer)
+//	P <pid>          CMD started, pid as the watchdog sees it (in its namespace, if it has one) (answer)
+//	X <wait status> <stopped>  CMD exited, stopped by the watchdog (1) or not (0), and all it started is gone; the watchdog exits next (answer)
 //	E <message>      CMD could not be started (answer)
 const watchdogArg = "__watchdog"
+
+// isolation is how the watchdog keeps what CMD started from outliving it.
+type isolation int
+
+const (
+	// isolatePID: a new PID namespace (CLONE_NEWPID), for a supervisor with
+	// CAP_SYS_ADMIN (root).
+	isolatePID isolation = iota
+	// isolateUserPID: a new user namespace that maps the caller's own uid
+	// and gid onto themselves, and a PID namespace in it, where the kernel
+	// lets anyone make one.
+	isolateUserPID
+	// isolateSubreaper: no namespace. The watchdog and the supervisor are
+	// child subreapers and kill descendants by parent chain; if both are
+	// killed at once, what CMD left behind goes to init and runs on.
+	isolateSubreaper
+)
+
+func (i isolation) String() string {
+	return [...]string{"PID namespace", "user and PID namespace", "subreaper"}[i]
+}
+
+// testIsolationEnv is for tests only, not a user setting: "userns" skips
+// the plain PID namespace (so root tests the unprivileged path) and "off"
+// forces the subreaper fallback, which a root or user-namespace machine
+// would otherwise never take.
+const testIsolationEnv = "CORENODE_TEST_LOCK_ISOLATION"
+
+func isolationsToTry() []isolation {
+	switch os.Getenv(testIsolationEnv) {
+	case "userns":
+		return []isolation{isolateUserPID}
+	case "off":
+		return []isolation{isolateSubreaper}
+	}
+	return []isolation{isolatePID, isolateUserPID, isolateSubreaper}
+}
+
+// sysProcAttr is the watchdog's start for isolation i.
+func (i isolation) sysProcAttr() *syscall.SysProcAttr {
+	// Its own process group: a ^Z or a signal to the supervisor's group
+	// stops the supervisor, not the watchdog.
+	a := &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// (Go's check after setting Pdeathsig, that the parent still lives,
+	// sees no parent from inside a new namespace and SIGKILLs the child,
+	// which as init of that namespace ignores it. The watchdog's reading
+	// of the control pipe covers a supervisor that died before that: it
+	// kills everything on end of input.)
+	switch i {
+	case isolatePID:
+		a.Cloneflags = syscall.CLONE_NEWPID
+	case isolateUserPID:
+		a.Cloneflags = syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID
+		a.UidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getuid(), HostID: os.Getuid(), Size: 1}}
+		a.GidMappings = []syscall.SysProcIDMap{{ContainerID: os.Getgid(), HostID: os.Getgid(), Size: 1}}
+		a.GidMappingsEnableSetgroups = false
+	case isolateSubreaper:
+		// No Pdeathsig: killed with the supervisor, the watchdog could not
+		// kill what CMD left behind; it hears the supervisor's death as the
+		// end of its control pipe.
+		a.Pdeathsig = 0
+	}
+	return a
+}
+
+// cannotIsolate says whether a start with a namespace failed because the
+// kernel or its policy refuses one (no privilege, user namespaces off or
+// restricted, too many namespaces), so the next isolation may do.
+func cannotIsolate(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EPERM, syscall.EACCES, syscall.EINVAL, syscall.ENOSPC, syscall.EUSERS, syscall.ENOSYS} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
 
 // bootClock converts the supervisor's deadlines (Go times, on
 // CLOCK_MONOTONIC) to CLOCK_BOOTTIME nanoseconds.
@@ -86,7 +178,14 @@ type watchdog struct {
 	mu  sync.Mutex // one writer on ctl at a time
 	ctl *os.File
 
-	pid int // CMD's, set before startWatchdog returns
+	// iso is how CMD is kept in; noIsolation why it is not in a namespace.
+	iso         isolation
+	noIsolation error
+
+	// pid is CMD's as the watchdog reported it, set before startWatchdog
+	// returns: in the watchdog's PID namespace if it has one, where this
+	// process must not use it.
+	pid int
 
 	// result receives CMD's exit, or why the watchdog ended without one.
 	result chan watchdogResult
@@ -103,8 +202,8 @@ type watchdogResult struct {
 // stopped with SIGTERM at deadline and SIGKILL at deadline+grace unless
 // extended. The caller's goroutine must stay locked to its thread for as
 // long as the watchdog runs: the kernel sends the watchdog SIGKILL
-// (Pdeathsig) when that thread exits, and the watchdog's own Pdeathsig then
-// kills CMD, so CMD never outlives a killed supervisor.
+// (Pdeathsig) when that thread exits, and the watchdog's death then kills
+// all of CMD's namespace, so nothing of CMD outlives a killed supervisor.
 func startWatchdog(command, env []string, clock bootClock, deadline time.Time, grace time.Duration) (*watchdog, error) {
 	self, err := os.Executable()
 	if err != nil {
@@ -121,13 +220,6 @@ func startWatchdog(command, env []string, clock bootClock, deadline time.Time, g
 		return nil, fmt.Errorf("watchdog: %w", err)
 	}
 	w := &watchdog{clock: clock, grace: grace, ctl: ctlW, result: make(chan watchdogResult, 1)}
-	w.cmd = exec.Command(self, append([]string{watchdogArg, "--"}, command...)...)
-	w.cmd.Stdin, w.cmd.Stdout, w.cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	w.cmd.Env = env
-	w.cmd.ExtraFiles = []*os.File{ctlR, stW}
-	// Its own process group: a ^Z or a signal to the supervisor's group
-	// stops the supervisor, not the watchdog.
-	w.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	// The first deadline goes before the start, so the watchdog never runs
 	// CMD without one.
 	if err := w.send(w.deadlineLine(deadline)); err != nil {
@@ -137,13 +229,41 @@ func startWatchdog(command, env []string, clock bootClock, deadline time.Time, g
 		stW.Close()
 		return nil, err
 	}
-	err = w.cmd.Start()
+	for _, iso := range isolationsToTry() {
+		w.iso = iso
+		if iso == isolateSubreaper {
+			// Orphans of CMD's whose watchdog was killed come here.
+			if err = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+				err = fmt.Errorf("prctl(PR_SET_CHILD_SUBREAPER): %w", err)
+				break
+			}
+		}
+		w.cmd = exec.Command(self, append([]string{watchdogArg, "--"}, command...)...)
+		w.cmd.Stdin, w.cmd.Stdout, w.cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+		w.cmd.Env = env
+		w.cmd.ExtraFiles = []*os.File{ctlR, stW}
+		w.cmd.SysProcAttr = iso.sysProcAttr()
+		if err = w.cmd.Start(); err == nil || iso == isolateSubreaper || !cannotIsolate(err) {
+			break
+		}
+		// Each refusal is part of the why (one line: "; " between them).
+		if w.noIsolation == nil {
+			w.noIsolation = fmt.Errorf("%v: %w", iso, err)
+		} else {
+			w.noIsolation = fmt.Errorf("%w; %v: %w", w.noIsolation, iso, err)
+		}
+	}
 	ctlR.Close()
 	stW.Close()
 	if err != nil {
 		ctlW.Close()
 		stR.Close()
 		return nil, fmt.Errorf("watchdog: %w", err)
+	}
+	if w.iso != isolateSubreaper {
+		w.noIsolation = nil
+	} else if w.noIsolation == nil {
+		w.noIsolation = errors.New(testIsolationEnv + " is set")
 	}
 	started := make(chan error, 1)
 	go w.read(stR, started)
@@ -181,6 +301,11 @@ func (w *watchdog) read(r io.ReadCloser, started chan<- error) {
 		}
 	}
 	werr := w.cmd.Wait()
+	if w.iso == isolateSubreaper {
+		// What CMD started and the watchdog did not kill (it was killed
+		// itself) was reparented here: kill it before the lock goes.
+		killDescendants(nil)
+	}
 	if res.err != nil && werr != nil {
 		res.err = fmt.Errorf("%w (%v)", res.err, werr)
 	}
@@ -214,7 +339,7 @@ func (w *watchdog) extend(deadline time.Time) { _ = w.send(w.deadlineLine(deadli
 func (w *watchdog) stop(graceful bool, deadline time.Time) watchdogResult {
 	if !graceful {
 		_ = w.send("K")
-		w.killGroup()
+		w.kill()
 		return <-w.result
 	}
 	_ = w.send("T")
@@ -224,19 +349,28 @@ func (w *watchdog) stop(graceful bool, deadline time.Time) watchdogResult {
 	case res := <-w.result:
 		return res
 	case <-t.C:
-		w.killGroup()
+		w.kill()
 		return <-w.result
 	}
 }
 
-// killGroup sends SIGKILL to CMD's process group. CMD's pid, and so the
-// group's id, cannot be reused before the watchdog has reaped CMD, which
-// it reports at once; only a wrap-around of pids in that moment could make
-// this reach another group.
-func (w *watchdog) killGroup() {
+// kill is the supervisor's own SIGKILL of CMD and all it started. In a
+// PID namespace that is the watchdog's death: the kernel then kills the
+// rest of the namespace. Without one it is CMD's process group and the
+// watchdog's descendants, once (the watchdog, if it is stopped, kills
+// what they fork meanwhile when it runs; if it is dead, read kills what
+// came here). CMD's pid, and so the group's id, cannot be reused before
+// the watchdog has reaped CMD, which it reports at once; only a
+// wrap-around of pids in that moment could make this reach another group.
+func (w *watchdog) kill() {
+	if w.iso != isolateSubreaper {
+		_ = w.cmd.Process.Kill()
+		return
+	}
 	if w.pid > 0 {
 		_ = syscall.Kill(-w.pid, syscall.SIGKILL)
 	}
+	signalDescendants(w.cmd.Process.Pid, syscall.SIGKILL)
 }
 
 func (w *watchdog) signal(sig syscall.Signal) { _ = w.send("S " + strconv.Itoa(int(sig))) }
@@ -249,13 +383,38 @@ func runWatchdog(args []string) int {
 		fmt.Fprintln(os.Stderr, "corenode: "+watchdogArg+" is started by corenode lock and elect, not by hand")
 		return exitHoldUsage
 	}
+	// The pipes are the supervisor's and this process's: CMD holding one
+	// would keep the supervisor from seeing this process end.
+	unix.CloseOnExec(3)
+	unix.CloseOnExec(4)
 	ctl, answers := os.NewFile(3, "control"), os.NewFile(4, "answers")
 	if ctl == nil || answers == nil {
 		fmt.Fprintln(os.Stderr, "corenode "+watchdogArg+": no control pipe")
 		return exitHoldUsage
 	}
 	answer := func(format string, a ...any) { fmt.Fprintf(answers, format+"\n", a...) }
-	d := &dogState{}
+	// Pdeathsig fires when the thread that started CMD exits: keep it.
+	runtime.LockOSThread()
+	nsInit := os.Getpid() == 1 // startWatchdog made a PID namespace
+	all := signalNamespace
+	if !nsInit {
+		// No PID namespace: what CMD leaves behind is reparented here, not
+		// to init, and found by its parent chain.
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			answer("E watchdog: prctl(PR_SET_CHILD_SUBREAPER): %v", err)
+			return exitHoldError
+		}
+		all = signalOwnDescendants
+	}
+	// Before CMD starts, so no exit goes unheard.
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	// Only the supervisor and the deadlines stop CMD. As init of its
+	// namespace this process would otherwise end on such a signal from
+	// CMD (Go's default action) and take the namespace with it; a handler,
+	// unlike an ignored signal, is not inherited by CMD.
+	ignored := make(chan os.Signal, 4)
+	signal.Notify(ignored, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT)
 	lines := make(chan string)
 	go func() {
 		defer close(lines)
@@ -264,6 +423,7 @@ func runWatchdog(args []string) int {
 			lines <- sc.Text()
 		}
 	}()
+	d := &dogState{all: all}
 	first, ok := <-lines
 	if !ok || !d.apply(first) || d.killAt == 0 {
 		answer("E watchdog: no deadline from the supervisor")
@@ -278,23 +438,32 @@ func runWatchdog(args []string) int {
 		answer("E watchdog: %v", err)
 		return exitHoldError
 	}
-	cmd := exec.Command(args[1], args[2:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// Pdeathsig fires when the thread that started CMD exits: keep it.
-	runtime.LockOSThread()
-	if err := cmd.Start(); err != nil {
+	path, err := exec.LookPath(args[1])
+	if err != nil {
 		answer("E %v", err)
 		return exitHoldError
 	}
-	d.group = -cmd.Process.Pid
-	answer("P %d", cmd.Process.Pid)
-	exited := make(chan syscall.WaitStatus, 1)
-	go func() {
-		_ = cmd.Wait()
-		exited <- cmd.ProcessState.Sys().(syscall.WaitStatus)
-	}()
-	for {
+	// Not exec.Cmd: its Wait would race with the reaping below, which
+	// takes CMD's exit with the rest.
+	pid, err := syscall.ForkExec(path, args[1:], &syscall.ProcAttr{
+		Env:   os.Environ(),
+		Files: []uintptr{0, 1, 2},
+		Sys:   &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL},
+	})
+	if err != nil {
+		answer("E fork/exec %s: %v", args[1], err)
+		return exitHoldError
+	}
+	d.group = -pid
+	answer("P %d", pid)
+	var status unix.WaitStatus
+	exited := false
+	onReap := func(p int, ws unix.WaitStatus) {
+		if p == pid {
+			status, exited = ws, true
+		}
+	}
+	for !exited {
 		if err := timer.set(d.next()); err != nil {
 			// Without a timer only the supervisor could stop CMD: stop it now.
 			d.kill()
@@ -309,25 +478,60 @@ func runWatchdog(args []string) int {
 			d.apply(line)
 		case <-timer.fired:
 			d.tick(bootNow())
-		case ws := <-exited:
-			if d.stopping {
-				// CMD is gone; what it started in its group may not be.
-				_ = syscall.Kill(d.group, syscall.SIGKILL)
+		case <-chld:
+			reapAll(onReap)
+		case <-ignored:
+		}
+	}
+	// CMD is gone; nothing it started may outlive it, stopped or not.
+	if nsInit {
+		killNamespace(onReap)
+	} else {
+		killDescendants(onReap)
+	}
+	stopped := 0
+	if d.termSent || d.killed {
+		stopped = 1
+	}
+	answer("X %d %d", uint32(status), stopped)
+	return 0
+}
+
+// signalNamespace sends sig to every process of this one's PID namespace
+// but itself: from the namespace's init, kill(-1) reaches them all.
+func signalNamespace(sig syscall.Signal) { _ = unix.Kill(-1, sig) }
+
+// signalOwnDescendants sends sig to every descendant of this process.
+func signalOwnDescendants(sig syscall.Signal) { signalDescendants(os.Getpid(), sig) }
+
+// killNamespace SIGKILLs every other process of this init's PID namespace
+// and reaps until none is left: all of them are this process's children,
+// or become so when their parents die.
+func killNamespace(onReap func(pid int, ws unix.WaitStatus)) {
+	for {
+		_ = unix.Kill(-1, syscall.SIGKILL)
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		switch {
+		case pid > 0:
+			onReap(pid, ws)
+		case errors.Is(err, unix.ECHILD):
+			// No child left. A process that joined the namespace from
+			// outside (setns) is not one: wait until kill finds none.
+			if errors.Is(unix.Kill(-1, 0), unix.ESRCH) {
+				return
 			}
-			stopped := 0
-			if d.termSent || d.killed {
-				stopped = 1
-			}
-			answer("X %d %d", uint32(ws), stopped)
-			return 0
+			time.Sleep(time.Millisecond)
 		}
 	}
 }
 
-// dogState is the watchdog's decision state; its methods signal CMD's
-// group and never block.
+// dogState is the watchdog's decision state; its methods signal CMD and
+// what it started, and never block.
 type dogState struct {
-	group          int   // -pid of CMD, once started
+	group int // -pid of CMD, once started
+	// all sends a stop signal to every process CMD started, CMD included.
+	all            func(syscall.Signal)
 	termAt, killAt int64 // CLOCK_BOOTTIME ns
 	termSent       bool
 	killed         bool
@@ -361,6 +565,8 @@ func (d *dogState) apply(line string) bool {
 		if err != nil || d.group == 0 {
 			return false
 		}
+		// A signal passed on goes where a terminal would send it: CMD's
+		// group. What left the group decides for itself, until the stop.
 		_ = syscall.Kill(d.group, syscall.Signal(n))
 	default:
 		return false
@@ -382,7 +588,7 @@ func (d *dogState) tick(now int64) {
 func (d *dogState) term() {
 	if !d.termSent && !d.killed && d.group != 0 {
 		d.termSent = true
-		_ = syscall.Kill(d.group, syscall.SIGTERM)
+		d.all(syscall.SIGTERM)
 	}
 }
 
@@ -390,7 +596,7 @@ func (d *dogState) kill() {
 	d.stopping = true
 	if !d.killed && d.group != 0 {
 		d.killed = true
-		_ = syscall.Kill(d.group, syscall.SIGKILL)
+		d.all(syscall.SIGKILL)
 	}
 }
 

@@ -23,7 +23,8 @@ func TestDogState(t *testing.T) {
 		exited <- cmd.ProcessState.Sys().(syscall.WaitStatus)
 	}()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	d := &dogState{group: -cmd.Process.Pid}
+	group := -cmd.Process.Pid
+	d := &dogState{group: group, all: func(sig syscall.Signal) { _ = syscall.Kill(group, sig) }}
 	for _, line := range []string{"D 100 150", "D 90 140", "D 200 250"} {
 		if !d.apply(line) {
 			t.Fatalf("apply(%q) = false", line)
