@@ -146,3 +146,33 @@ func (f *FSM) HasAlarm(member uint64, t pb.AlarmType) bool {
 	}
 	return false
 }
+
+// ForgetMembers drops the records and the alarms of every member that keep
+// rejects, and returns the alarms it dropped. It is no command: only a
+// member that forces a new cluster from its own data (node's
+// --force-new-cluster) calls it, on state no other member shares, before
+// that state becomes the snapshot every later member starts from. The
+// dropped members are gone for good, so what they published and the alarms
+// raised by or against them (a NOSPACE of theirs would refuse every write)
+// would only outlive them.
+func (f *FSM) ForgetMembers(keep func(id uint64) bool) []*pb.AlarmMember {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id := range f.members {
+		if !keep(id) {
+			delete(f.members, id)
+		}
+	}
+	var kept, dropped []*pb.AlarmMember
+	for _, a := range f.Alarms() {
+		if keep(a.MemberID) {
+			kept = append(kept, a)
+		} else {
+			dropped = append(dropped, a)
+		}
+	}
+	if len(dropped) > 0 {
+		f.alarms.Store(&kept)
+	}
+	return dropped
+}

@@ -251,3 +251,26 @@ func TestMemberRecords(t *testing.T) {
 		t.Fatalf("a member with no record publishes its own peer URLs: %+v", m)
 	}
 }
+
+// TestForgetMembers: the members a forced new cluster drops leave no
+// record and no alarm behind, in the state or in its snapshot; the kept
+// member's record and alarms stay.
+func TestForgetMembers(t *testing.T) {
+	f := New(nil, nil, nil)
+	for _, id := range []uint64{1, 2, 3} {
+		apply(t, f, OpPublish, &pb.Member{ID: id, Name: "m", PeerURLs: []string{"http://a:2380"}})
+	}
+	apply(t, f, OpAlarm, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: 1, Alarm: pb.AlarmType_CORRUPT})
+	apply(t, f, OpAlarm, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: 2, Alarm: pb.AlarmType_NOSPACE})
+	dropped := f.ForgetMembers(func(id uint64) bool { return id == 1 })
+	if len(dropped) != 1 || dropped[0].MemberID != 2 || dropped[0].Alarm != pb.AlarmType_NOSPACE {
+		t.Fatalf("dropped alarms %v, want member 2's NOSPACE", dropped)
+	}
+	g := roundTrip(t, f)
+	if g.Member(1) == nil || g.Member(2) != nil || g.Member(3) != nil {
+		t.Fatalf("records after forgetting 2 and 3: %v %v %v", g.Member(1), g.Member(2), g.Member(3))
+	}
+	if a := g.Alarms(); len(a) != 1 || a[0].MemberID != 1 || g.HasAlarm(0, pb.AlarmType_NOSPACE) {
+		t.Fatalf("alarms after forgetting 2 and 3: %v", a)
+	}
+}

@@ -33,6 +33,10 @@ type Config struct {
 	InitialCluster      string
 	InitialClusterState string // "new" or "existing"
 	InitialClusterToken string
+	// ForceNewCluster is etcd's --force-new-cluster: this member restarts
+	// on its data as a one-member cluster (node.Config.ForceNewCluster);
+	// the --initial-cluster flags play no part. Meant for one start.
+	ForceNewCluster bool
 	// StrictReconfigCheck refuses membership changes that could cost the
 	// cluster its quorum, as etcd's --strict-reconfig-check (true there by
 	// default; the zero value here is off, the corenode command's default on).

@@ -185,6 +185,7 @@ func Start(cfg Config) (*Member, error) {
 		ClientURLs:          cfg.AdvertiseClientURLs,
 		Transport:           m.peerMux.RaftTransport(logger),
 		Bootstrap:           bootstrap,
+		ForceNewCluster:     cfg.ForceNewCluster,
 		InitialMembers:      servers,
 		InitialMembersErr:   serversErr,
 		HeartbeatInterval:   cfg.HeartbeatInterval,

@@ -91,6 +91,7 @@ func (c *inmemCluster) join(l int) int {
 	i := len(c.nodes)
 	cfg := c.cfgs[0]
 	cfg.DataDir, cfg.ID, cfg.Transport, cfg.Bootstrap, cfg.InitialMembers = c.t.TempDir(), uint64(i+1), tr, false, nil
+	cfg.ForceNewCluster = false
 	c.cfgs, c.trans, c.nodes = append(c.cfgs, cfg), append(c.trans, tr), append(c.nodes, nil)
 	c.connect()
 	c.start(i)

@@ -41,6 +41,13 @@ type Config struct {
 	// Without it the member waits to be added by an existing cluster.
 	Bootstrap      bool
 	InitialMembers []raft.Server
+	// ForceNewCluster, as etcd's --force-new-cluster, restarts a member
+	// whose cluster lost its quorum for good as a one-member cluster with
+	// all it had: every entry of its log is applied, committed or not, and
+	// the configuration becomes this member alone (recover.go). The data
+	// dir must hold raft state. Meant for one start; a later start with it
+	// drops the members added since.
+	ForceNewCluster bool
 	// InitialMembersErr says why InitialMembers could not be made; New
 	// fails with it only when it would bootstrap.
 	InitialMembersErr error

@@ -100,6 +100,12 @@ type Node struct {
 	done        sync.WaitGroup
 	closeErr    error
 	closed      sync.Once
+
+	// forcedNewCluster is set when this start forced a new one-member
+	// cluster from the member's data (Config.ForceNewCluster, recover.go).
+	// A cluster incarnation minted by the first leader must be minted anew
+	// then, so that the dropped members' old data dirs are refused.
+	forcedNewCluster bool
 }
 
 // New opens the data dir, restores state and starts raft.
@@ -141,6 +147,9 @@ func New(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: inspect raft state: %w", err)
 	}
+	if cfg.ForceNewCluster && !has {
+		return nil, fmt.Errorf("%w (%s)", ErrNoStateToRecover, cfg.DataDir)
+	}
 	if cfg.Bootstrap && !has && cfg.InitialMembersErr != nil {
 		return nil, cfg.InitialMembersErr
 	}
@@ -172,7 +181,19 @@ func New(cfg Config) (_ *Node, err error) {
 	notify := make(chan bool, 16)
 	rc := raftConfig(cfg, notify)
 
-	if cfg.Bootstrap && !has {
+	if cfg.ForceNewCluster {
+		rec, err := n.forceNewCluster(rc, raftLogs, stable, snaps, n.repl)
+		if err != nil {
+			return nil, err
+		}
+		n.forcedNewCluster = true
+		n.log.Warn("forced a new one-member cluster from this member's data (--force-new-cluster)",
+			"replayed-entries", rec.replayed, "after-snapshot", rec.snapshotIndex, "through-index", rec.lastIndex,
+			"dropped-members", hexIDs(rec.dropped), "cleared-alarms", rec.alarms, "was-a-member", rec.selfWasIn,
+			"id", fmt.Sprintf("%x", id))
+		n.log.Warn("--force-new-cluster is meant for one start: remove it from this member's flags now; " +
+			"every start with it forces a one-member cluster again, dropping the members added since")
+	} else if cfg.Bootstrap && !has {
 		if err := raft.BootstrapCluster(rc, raftLogs, stable, snaps, n.repl,
 			raft.Configuration{Servers: cfg.InitialMembers}); err != nil {
 			return nil, fmt.Errorf("node: bootstrap: %w", err)

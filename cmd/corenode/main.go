@@ -77,6 +77,7 @@ type options struct {
 	authTokens                                 auth.TokenKind
 	authTokenTTL, bcryptCost                   int
 	strictReconfigCheck                        bool
+	forceNewCluster                            bool
 	selfSignedCertValidity                     uint
 	maxLearners                                int
 	dns                                        member.DNSConfig
@@ -93,6 +94,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.initialCluster, "initial-cluster", "", "initial cluster configuration, name=peer-url,... (default \"${name}=${initial-advertise-peer-urls}\")")
 	fs.StringVar(&o.initialState, "initial-cluster-state", "new", "new to bootstrap a new cluster, existing to join one (after etcdctl member add)")
 	fs.StringVar(&o.initialToken, "initial-cluster-token", "corenode-cluster", "cluster token; member IDs derive from it and the peer URLs")
+	fs.BoolVar(&o.forceNewCluster, "force-new-cluster", false, "force to create a new one member cluster from this member's data (after losing the quorum for good; every entry in its log is kept, committed or not); remove the flag after that start")
 	fs.IntVar(&o.maxLearners, "max-learners", node.DefaultMaxLearners, "most learners (members that receive the log and serve reads but do not vote) the cluster may have")
 	fs.IntVar(&o.maxLearners, "experimental-max-learners", node.DefaultMaxLearners, "deprecated: etcd 3.5's name of --max-learners")
 	fs.BoolVar(&o.strictReconfigCheck, "strict-reconfig-check", true, "refuse a membership change that could cost the cluster its quorum: adding a voter while fewer members than the new quorum have started, or while the leader has not been connected to every voter for 5 s; removing a voter the rest could not do without")
@@ -256,6 +258,7 @@ func run(args []string) error {
 		InitialCluster:            o.initialCluster,
 		InitialClusterState:       o.initialState,
 		InitialClusterToken:       o.initialToken,
+		ForceNewCluster:           o.forceNewCluster,
 		StrictReconfigCheck:       o.strictReconfigCheck,
 		MaxLearners:               o.maxLearners,
 		HeartbeatInterval:         time.Duration(o.heartbeatMS) * time.Millisecond,
