@@ -1,13 +1,9 @@
 package transport
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -120,20 +116,7 @@ func TestRaftHandshake(t *testing.T) {
 // version closes a connection whose first byte it does not know; the
 // dialer opens a plain raft connection instead and remembers to.
 func TestRaftHandshakeFallsBackForAnEarlierVersion(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raftRoute := newRoute(ln.Addr())
-	old := &mux{ln: ln, log: slog.New(slog.DiscardHandler), routes: []*route{raftRoute},
-		classify: func(_ net.Conn, br *bufio.Reader) (*route, error) {
-			if b, err := br.ReadByte(); err != nil || b != streamRaft {
-				return nil, fmt.Errorf("unknown peer stream type %q", b)
-			}
-			return raftRoute, nil
-		}}
-	go old.serve()
-	defer ln.Close()
+	raftRoute, ln := earlierVersionMux(t, streamRaft)
 	acceptRaft(&PeerMux{raft: raftRoute})
 
 	d := newTestPeerMux(t)

@@ -130,20 +130,7 @@ func TestProposalConnCarriesCommands(t *testing.T) {
 // proposal connection it does not know; the follower sends its commands on
 // the gRPC stream instead, and remembers to.
 func TestProposalConnFallsBackToGRPC(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	grpcRoute := newRoute(ln.Addr())
-	old := &mux{ln: ln, log: slog.New(slog.DiscardHandler), routes: []*route{grpcRoute},
-		classify: func(_ net.Conn, br *bufio.Reader) (*route, error) {
-			if b, err := br.ReadByte(); err != nil || b != streamGRPC {
-				return nil, fmt.Errorf("unknown peer stream type %q", b)
-			}
-			return grpcRoute, nil
-		}}
-	go old.serve()
-	defer ln.Close()
+	grpcRoute, ln := earlierVersionMux(t, streamGRPC)
 	fakeLeader(t, grpcRoute, func(_ grpc.ServerStream, id uint64, cmd []byte) []byte { return putAnswer(id, cmd) })
 
 	p := NewPeerClient(newTestPeerMux(t), time.Second)
@@ -156,4 +143,26 @@ func TestProposalConnFallsBackToGRPC(t *testing.T) {
 	if !legacy {
 		t.Fatal("the follower did not remember that the leader takes no proposal connections")
 	}
+}
+
+// earlierVersionMux is the peer port of a member of an earlier version that
+// knows one stream kind and closes a connection of any other; it returns
+// that kind's route and the listener.
+func earlierVersionMux(t *testing.T, kind byte) (*route, net.Listener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRoute(ln.Addr())
+	old := &mux{ln: ln, log: slog.New(slog.DiscardHandler), routes: []*route{r},
+		classify: func(_ net.Conn, br *bufio.Reader) (*route, error) {
+			if b, err := br.ReadByte(); err != nil || b != kind {
+				return nil, fmt.Errorf("unknown peer stream type %q", b)
+			}
+			return r, nil
+		}}
+	go old.serve()
+	t.Cleanup(func() { ln.Close() })
+	return r, ln
 }
