@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/corenode/corenode/member/membertest"
 	"google.golang.org/grpc/codes"
@@ -81,6 +82,9 @@ func TestRestartedMemberNeverServesOlderState(t *testing.T) {
 	}
 	if !slices.ContainsFunc(st.Errors, func(e string) bool { return strings.Contains(e, "catching up") }) {
 		t.Fatalf("Status of a member catching up: errors %q, want one that says it is catching up", st.Errors)
+	}
+	if got := check(t, healthpb.NewHealthClient(conn)); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("gRPC health of a member catching up: %v, want NOT_SERVING", got)
 	}
 
 	anon, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Endpoint(lone)}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})

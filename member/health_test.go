@@ -1,0 +1,111 @@
+package member_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/corenode/corenode/member/membertest"
+)
+
+func healthClient(t *testing.T, endpoint string) healthpb.HealthClient {
+	t.Helper()
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return healthpb.NewHealthClient(conn)
+}
+
+func check(t *testing.T, hc healthpb.HealthClient) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatalf("health check: %v", err)
+	}
+	return resp.Status
+}
+
+// nextStatus is the next status a health Watch stream sends.
+func nextStatus(t *testing.T, w healthpb.Health_WatchClient, within time.Duration) healthpb.HealthCheckResponse_ServingStatus {
+	t.Helper()
+	got := make(chan *healthpb.HealthCheckResponse, 1)
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := w.Recv()
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- resp
+	}()
+	select {
+	case resp := <-got:
+		return resp.Status
+	case err := <-errc:
+		t.Fatalf("health watch: %v", err)
+	case <-time.After(within):
+		t.Fatalf("health watch sent nothing in %v", within)
+	}
+	return 0
+}
+
+// TestGRPCHealth: the client port serves grpc.health.v1 as etcd's does,
+// and its verdict is whether the member would serve a linearizable read:
+// SERVING on a healthy cluster, NOT_SERVING on a member left without a
+// quorum, SERVING again once the quorum is back, and a Watch says each
+// change when it happens.
+func TestGRPCHealth(t *testing.T) {
+	c := membertest.New(t, 3)
+	leader := c.WaitLeader()
+	for i := range c.Members {
+		if got := check(t, healthClient(t, c.Endpoint(i))); got != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("member %d of a healthy cluster: %v, want SERVING", i, got)
+		}
+	}
+	lone := (leader + 1) % 3
+	hc := healthClient(t, c.Endpoint(lone))
+	if _, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "etcdserverpb.KV"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("check of an unknown service: %v, want NotFound", err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nextStatus(t, w, 5*time.Second); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("watch on a healthy member: first %v, want SERVING", got)
+	}
+
+	others := []int{(lone + 1) % 3, (lone + 2) % 3}
+	for _, i := range others {
+		c.Stop(i)
+	}
+	if got := nextStatus(t, w, 10*time.Second); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("watch once the quorum is gone: %v, want NOT_SERVING", got)
+	}
+	began := time.Now()
+	if got := check(t, hc); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("member without a quorum: %v, want NOT_SERVING", got)
+	}
+	t.Logf("NOT_SERVING answered in %v", time.Since(began).Round(time.Millisecond))
+
+	c.Restart(others[0])
+	if got := nextStatus(t, w, 15*time.Second); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("watch once the quorum is back: %v, want SERVING", got)
+	}
+	if got := check(t, hc); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("member with its quorum back: %v, want SERVING", got)
+	}
+}
