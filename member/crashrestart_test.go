@@ -70,7 +70,7 @@ type revisionWatcher struct {
 	mu      sync.Mutex
 	lowest  int64
 	answers int
-	gateway int // of answers, the JSON gateway's
+	gateway int      // of answers, the JSON gateway's
 	errs    []string // Status's errors field while catching up, deduplicated
 	first   time.Duration
 	stop    chan struct{}
