@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -111,5 +112,61 @@ func TestGRPCHealth(t *testing.T) {
 	}
 	if got := check(t, hc); got != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("member with its quorum back: %v, want SERVING", got)
+	}
+}
+
+// TestGRPCHealthCorruptAndAuth: a member the corruption check named is
+// NOT_SERVING (its reads refuse), a Watch says so when the alarm applies
+// and again when it is cleared, and with auth on a probe needs no
+// credentials, as etcd's.
+func TestGRPCHealthCorruptAndAuth(t *testing.T) {
+	c := membertest.New(t, 3, cheapBcrypt)
+	leader := c.WaitLeader()
+	f := (leader + 1) % 3
+	hc := healthClient(t, c.Endpoint(f))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nextStatus(t, w, 5*time.Second); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("watch on a healthy member: first %v, want SERVING", got)
+	}
+
+	cli := c.Client(leader)
+	alarm := func(action pb.AlarmRequest_AlarmAction) {
+		t.Helper()
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		defer acancel()
+		if _, err := pb.NewMaintenanceClient(cli.ActiveConnection()).Alarm(actx,
+			&pb.AlarmRequest{Action: action, MemberID: c.Members[f].ID(), Alarm: pb.AlarmType_CORRUPT}); err != nil {
+			t.Fatalf("alarm %v CORRUPT: %v", action, err)
+		}
+	}
+	alarm(pb.AlarmRequest_ACTIVATE)
+	if got := nextStatus(t, w, 5*time.Second); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("watch once CORRUPT is raised for the member: %v, want NOT_SERVING", got)
+	}
+	if got := check(t, hc); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("a member named CORRUPT: %v, want NOT_SERVING", got)
+	}
+	alarm(pb.AlarmRequest_DEACTIVATE)
+	if got := nextStatus(t, w, 5*time.Second); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("watch once CORRUPT is cleared: %v, want SERVING", got)
+	}
+
+	if _, err := cli.UserAdd(ctx, "root", "pw"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.UserGrantRole(ctx, "root", "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.AuthEnable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.CatchUp(leader)
+	if got := check(t, hc); got != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("with auth on, a check without credentials: %v, want SERVING", got)
 	}
 }
