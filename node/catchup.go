@@ -18,6 +18,11 @@ import (
 // it stopped: a serializable read would go back in time, and auth enabled
 // after the snapshot would be unknown, so requests would go unchecked.
 // CaughtUp says when that window has closed; the client edge waits for it.
+// New first replays what this member knows committed (replay.go): after a
+// crash of the process that holds every write it answered, and closes the
+// window unless its log holds entries after the last it applied. The gate
+// stays for those, and for what the member cannot know: a commit mark
+// behind the log after a power loss, or a data dir without one.
 //
 // The argument: every entry this member applied before it stopped was
 // committed and in its log when it started, at or before the log's last

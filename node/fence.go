@@ -242,21 +242,6 @@ func (n *Node) setUpFence() error {
 	return nil
 }
 
-// voterIDs lists the voting members of raft's latest configuration.
-func (n *Node) voterIDs() []uint64 {
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
-		return nil
-	}
-	var ids []uint64
-	for _, s := range f.Configuration().Servers {
-		if id, err := ParseServerID(s.ID); err == nil && s.Suffrage == raft.Voter {
-			ids = append(ids, id)
-		}
-	}
-	return ids
-}
-
 // Halted is closed once this member found it holds another history than
 // its cluster's (fence.go); HaltErr says what, and how to recover.
 func (n *Node) Halted() <-chan struct{} { return n.fence.Halted() }

@@ -39,10 +39,12 @@ type TermProber interface {
 // Node is one running member's raft: the raft.Raft instance over its log
 // store and FSM, its proposals, leadership and membership.
 type Node struct {
-	cfg  Config
-	log  *slog.Logger
-	fsm  *fsm.FSM
-	raft *raft.Raft
+	cfg Config
+	log *slog.Logger
+	fsm *fsm.FSM
+	// applier is fsm as raft sees it (replay.go).
+	applier *applier
+	raft    *raft.Raft
 	// store is the raft log and stable store; health says whether it can
 	// be written (package logstore).
 	store  *logstore.Store
@@ -220,10 +222,19 @@ func New(cfg Config) (_ *Node, err error) {
 	} else {
 		n.repl.watchAnswers.Store(true)
 	}
+	markFile, mark, err := openCommitMark(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	n.applier = &applier{FSM: n.fsm, log: n.log, mark: markFile}
+	undo = append(undo, n.applier.close)
+	if n.applier.marked, err = n.checkMark(mark); err != nil {
+		return nil, fmt.Errorf("node: check the commit mark: %w", err)
+	}
 	// From here on raft's main goroutine may write its term, which must
 	// not fail (logstore.Stable).
 	stable.Running()
-	r, err := raft.NewRaft(rc, n.fsm, raftLogs, stable, snaps, n.repl)
+	r, err := raft.NewRaft(rc, n.applier, raftLogs, stable, snaps, n.repl)
 	if err != nil {
 		return nil, fmt.Errorf("node: start raft: %w", err)
 	}
@@ -231,8 +242,20 @@ func New(cfg Config) (_ *Node, err error) {
 	stable.Campaigning(func() bool { return r.State() == raft.Candidate })
 	n.raft = r
 	n.fence.mu.Lock()
-	n.fence.voters = n.voterIDs
+	n.fence.voters = func() []uint64 { ids, _ := n.VoterIDs(); return ids }
 	n.fence.mu.Unlock()
+	through, err := n.knownCommitted(n.applier.marked)
+	if err != nil {
+		return nil, fmt.Errorf("node: replay the committed log: %w", err)
+	}
+	if err := n.replay(through); err != nil {
+		return nil, fmt.Errorf("node: replay the committed log: %w", err)
+	}
+	if n.start.index > 0 && n.start != joining && n.appliedThrough(n.start.index) {
+		// The replay reached the log's end: nothing left to catch up on.
+		close(n.caughtUp)
+		n.repl.watchAnswers.Store(false)
+	}
 	n.services = append(n.services, checkpointer{n}, promoter{n})
 	n.prober = heartbeatProber{n}
 	n.notify = notify
@@ -275,7 +298,9 @@ func (n *Node) Start() {
 			defer n.done.Done()
 			n.store.Probe(n.stop)
 		}()
-		if n.start.index > 0 {
+		select {
+		case <-n.caughtUp:
+		default:
 			n.done.Add(1)
 			go n.awaitCatchUp(n.start)
 		}
@@ -302,6 +327,7 @@ func (n *Node) Close() error {
 		}
 		n.done.Wait()
 		n.verifier.Close()
+		n.applier.close()
 		if err := n.store.Close(); err != nil && n.closeErr == nil {
 			n.closeErr = fmt.Errorf("node: close raft log: %w", err)
 		}

@@ -68,6 +68,11 @@ type View interface {
 	// write acknowledged before the call; on a follower, a read index
 	// from the leader proves the leader still holds a quorum.
 	AwaitLinearizable(ctx context.Context) error
+	// Serving is nil when this member would serve a linearizable read
+	// now (the gRPC health service's SERVING and /readyz), else why not;
+	// WatchServing sends its verdict, then each change of it.
+	Serving(ctx context.Context) error
+	WatchServing(ctx context.Context, send func(serving bool) error) error
 	ClusterAge() time.Duration
 	Alarms() []*pb.AlarmMember
 	// Corrupt says the corruption check named this member: it answers no

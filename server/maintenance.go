@@ -78,12 +78,16 @@ func (s *Server) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusRes
 	n := s.node
 	rf := n.Raft()
 	leader, _ := n.Leader()
+	// The FSM is ahead of raft's own applied index after the replay at
+	// start (node/replay.go), and raft's commit index is zero until a
+	// leader names one; what was applied was committed.
+	applied := max(rf.AppliedIndex(), n.FSM().Applied())
 	resp := &pb.StatusResponse{
 		Version:          APIVersion,
 		Leader:           leader,
-		RaftIndex:        rf.CommitIndex(),
+		RaftIndex:        max(rf.CommitIndex(), applied),
 		RaftTerm:         rf.CurrentTerm(),
-		RaftAppliedIndex: rf.AppliedIndex(),
+		RaftAppliedIndex: applied,
 		DbSize:           n.DiskSize(),
 		DbSizeInUse:      n.DiskSize(),
 		DbSizeQuota:      max(s.limits.QuotaBackendBytes, 0),
@@ -92,6 +96,16 @@ func (s *Server) Status(ctx context.Context, r *pb.StatusRequest) (*pb.StatusRes
 	}
 	if leader == 0 {
 		resp.Errors = append(resp.Errors, "etcdserver: no leader")
+	}
+	// Status answers while the member catches up (an operator asks why it
+	// serves nothing else), so it says that its state is not yet all it
+	// had: the header's revision is what the member replayed at start
+	// (every revision it answered before a crash, node/replay.go), not
+	// necessarily the cluster's.
+	select {
+	case <-n.CaughtUp():
+	default:
+		resp.Errors = append(resp.Errors, fmt.Sprintf("etcdserver: catching up with the cluster since start (applied index %d)", applied))
 	}
 	for _, a := range n.FSM().Alarms() {
 		resp.Errors = append(resp.Errors, a.String())

@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 
@@ -121,6 +122,10 @@ var methodRules = map[string]rule{
 	"/etcdserverpb.Auth/RoleGrantPermission":  ruleOpen,
 	"/etcdserverpb.Auth/RoleRevokePermission": ruleOpen,
 	cachepb.Cache_Session_FullMethodName:      ruleOpen, // each read is checked
+	// Probes carry no credentials, and the answer tells nothing of the data.
+	healthpb.Health_Check_FullMethodName: ruleOpen,
+	healthpb.Health_List_FullMethodName:  ruleOpen,
+	healthpb.Health_Watch_FullMethodName: ruleOpen,
 }
 
 // AuthOptions returns the interceptors of the client port: they mark each

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // A restarted member serves clients only once its state includes every
@@ -13,10 +14,17 @@ import (
 // quorum never catches up), and then
 // fails with Unavailable, which etcd's clients take as "try another
 // member". Status is exempt: an operator looks at a member that is
-// catching up to see why, and it reports the indexes, not the state.
+// catching up to see why, and it reports the indexes and says it is
+// catching up. So is the gRPC health service: a probe is to hear
+// NOT_SERVING at once, not time out.
 
-// statusMethod is exempt from the wait.
-const statusMethod = "/etcdserverpb.Maintenance/Status"
+// exempt are the methods that do not wait.
+var exempt = map[string]bool{
+	"/etcdserverpb.Maintenance/Status":   true,
+	healthpb.Health_Check_FullMethodName: true,
+	healthpb.Health_List_FullMethodName:  true,
+	healthpb.Health_Watch_FullMethodName: true,
+}
 
 // CatchUpOptions returns the client port's interceptors that hold calls
 // until this member has caught up after a restart. They go before the auth
@@ -45,7 +53,7 @@ func (s *Server) awaitCaughtUp(ctx context.Context, method string) error {
 		return nil // every call but the first few: no timer
 	default:
 	}
-	if method == statusMethod {
+	if exempt[method] {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*s.grace)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/status"
 )
 
 // HTTPHandler serves /health (etcd's JSON form), /livez, /readyz,
@@ -39,8 +40,10 @@ func (s *Server) HTTPHandler(metrics prometheus.Gatherer, profiles bool, gateway
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if err := s.ready(r.Context()); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		// The gRPC health service's verdict: both are what orchestrators
+		// ask before they send a member traffic.
+		if err := s.req.Serving(r.Context()); err != nil {
+			http.Error(w, status.Convert(mapErr(r.Context(), err)).Message(), http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ok\n"))

@@ -7,6 +7,7 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/corenode/corenode/api/cachepb"
 	"github.com/corenode/corenode/server"
@@ -70,6 +71,7 @@ func (s *Server) Register(g *grpc.Server) {
 	pb.RegisterLeaseServer(g, &leaseService{s})
 	cachepb.RegisterCacheServer(g, &cacheService{s: s})
 	pb.RegisterAuthServer(g, &authService{s})
+	healthpb.RegisterHealthServer(g, &healthService{s: s})
 }
 
 // RegisterPeer adds the member-to-member services to g.
