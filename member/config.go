@@ -47,6 +47,12 @@ type Config struct {
 	SnapshotCount        uint64
 	MaxRequestBytes      int
 	MaxTxnOps            int
+	// MaxConcurrentStreams bounds the gRPC streams of one client
+	// connection (etcd's --max-concurrent-streams); zero means 1<<20.
+	MaxConcurrentStreams uint32
+	// GRPCKeepalive is etcd's --grpc-keepalive-min-time, -interval and
+	// -timeout; zero values mean etcd's 5 s, 2 h and 20 s.
+	GRPCKeepalive GRPCKeepalive
 	// LogStore is the raft log store (logstore.WAL or
 	// logstore.BoltDB); see node.Config.LogStore.
 	LogStore string
@@ -65,7 +71,8 @@ type Config struct {
 	ClientListeners []net.Listener
 
 	Logger *slog.Logger
-	// RaftLog receives hashicorp/raft's own log lines; nil means stderr.
+	// RaftLog receives hashicorp/raft's own log lines in hclog's format;
+	// nil sends them through Logger.
 	RaftLog io.Writer
 	// Metrics registers the member's Prometheus series; nil registers none
 	// (several members in one test process would collide). /metrics serves
@@ -115,8 +122,22 @@ type Config struct {
 	ReadLeaseMaxKeys          int
 	ReadLeaseMaxHoldersPerKey int
 
+	// ListenMetricsURLs serve /metrics, /health, /livez and /readyz only
+	// (etcd's --listen-metrics-urls); https:// ones with ClientTLS.
+	ListenMetricsURLs []string
+
 	// DNS answers service lookups over DNS when DNS.Addr is set (dns.go).
 	DNS DNSConfig
+}
+
+// GRPCKeepalive is how the client gRPC server keeps connections alive.
+type GRPCKeepalive struct {
+	// MinTime is how often a client may ping at most, as etcd.
+	MinTime time.Duration
+	// Interval is how long a connection is idle before the server pings it;
+	// Timeout how long it then waits for the answer before closing it.
+	// Less than zero turns the pings off.
+	Interval, Timeout time.Duration
 }
 
 // Read-lease defaults. A longer lease serves more reads from memory and

@@ -43,6 +43,9 @@ type Member struct {
 	grpc       *grpc.Server
 	peer       *grpc.Server
 	http       *http.Server
+	// metricsLns and metricsHTTP serve --listen-metrics-urls.
+	metricsLns  []net.Listener
+	metricsHTTP *http.Server
 	// pipe carries the JSON gateway's calls into grpc over gwConn.
 	pipe   *transport.PipeListener
 	gwConn *grpc.ClientConn
@@ -156,6 +159,9 @@ func Start(cfg Config) (*Member, error) {
 	for _, ln := range clientLns {
 		m.clients = append(m.clients, transport.NewClientMux(ln, clientTLS, logger))
 	}
+	if m.metricsLns, err = listenMetrics(cfg); err != nil {
+		return nil, err
+	}
 
 	m.pipe = transport.NewPipeListener()
 	if m.gwConn, err = transport.DialGateway(m.pipe); err != nil {
@@ -251,8 +257,11 @@ func Start(cfg Config) (*Member, error) {
 		// As etcd: an answer of any size is sent (a Range of every key with
 		// its value can pass 64 MiB); clientv3 accepts up to 2 GiB by default.
 		grpc.MaxSendMsgSize(math.MaxInt32),
-		grpc.MaxConcurrentStreams(1 << 20),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.MaxConcurrentStreams(cmp.Or(cfg.MaxConcurrentStreams, 1<<20)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cmp.Or(cfg.GRPCKeepalive.MinTime, 5*time.Second), PermitWithoutStream: true}),
+	}
+	if ka := keepaliveParams(cfg.GRPCKeepalive); ka != nil {
+		opts = append(opts, grpc.KeepaliveParams(*ka))
 	}
 	opts = append(opts, transport.ServerOptions()...)
 	if cfg.Metrics != nil {
@@ -283,6 +292,12 @@ func Start(cfg Config) (*Member, error) {
 		m.serve(func() error { return m.grpc.Serve(c.GRPC()) })
 		m.serve(func() error { return m.http.Serve(c.HTTP()) })
 	}
+	if len(m.metricsLns) > 0 {
+		m.metricsHTTP = &http.Server{Handler: metricsOnly(m.http.Handler), ReadHeaderTimeout: 10 * time.Second}
+		for _, ln := range m.metricsLns {
+			m.serve(func() error { return m.metricsHTTP.Serve(ln) })
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	m.ready = make(chan struct{})
@@ -307,7 +322,7 @@ func Start(cfg Config) (*Member, error) {
 		m.Close()
 		return nil, err
 	}
-	logger.Info("serving", "client", m.ClientAddrs(), "peer", peerLn.Addr().String(), "data-dir", cfg.DataDir, "log-store", m.node.LogStore(),
+	logger.Info("serving", "client", m.ClientAddrs(), "metrics", m.MetricsAddrs(), "peer", peerLn.Addr().String(), "data-dir", cfg.DataDir, "log-store", m.node.LogStore(),
 		"auth-token", cfg.AuthTokens.String(), "id", fmt.Sprintf("%x", m.node.ID()))
 	return m, nil
 }
@@ -350,12 +365,24 @@ func (m *Member) ClientAddrs() []string {
 	return out
 }
 
+// MetricsAddrs are the bound --listen-metrics-urls addresses.
+func (m *Member) MetricsAddrs() []string {
+	var out []string
+	for _, ln := range m.metricsLns {
+		out = append(out, ln.Addr().String())
+	}
+	return out
+}
+
 func (m *Member) closeListeners() {
 	if m.peerMux != nil {
 		m.peerMux.Close()
 	}
 	for _, c := range m.clients {
 		c.Close()
+	}
+	for _, ln := range m.metricsLns {
+		ln.Close()
 	}
 }
 
@@ -382,6 +409,9 @@ func (m *Member) Close() error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		m.http.Shutdown(ctx)
+		if m.metricsHTTP != nil {
+			m.metricsHTTP.Shutdown(ctx)
+		}
 		cancel()
 		m.gwConn.Close()
 		m.pipe.Close()

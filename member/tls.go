@@ -31,6 +31,12 @@ type TLSInfo struct {
 	// each other with it do not verify the certificate, as etcd's
 	// --peer-auto-tls does not.
 	AutoTLS bool
+	// MinVersion and MaxVersion bound the TLS versions (etcd's
+	// --tls-min-version, --tls-max-version); zero means TLS 1.2 and Go's
+	// newest. CipherSuites are the TLS 1.2 suites offered (etcd's
+	// --cipher-suites); nil means Go's.
+	MinVersion, MaxVersion uint16
+	CipherSuites           []uint16
 
 	// insecureSkipVerify is set for a self-signed certificate: members
 	// dial each other without verifying it.
@@ -107,7 +113,9 @@ func (t TLSInfo) serverConfig(prefix string) (*tls.Config, error) {
 		return nil, err
 	}
 	c := &tls.Config{
-		MinVersion:   tls.VersionTLS12,
+		MinVersion:   max(t.MinVersion, tls.VersionTLS12),
+		MaxVersion:   t.MaxVersion,
+		CipherSuites: t.CipherSuites,
 		Certificates: []tls.Certificate{cert},
 		ClientCAs:    pool,
 		// gRPC clients offer only h2; HTTP clients (curl, Prometheus) also
@@ -135,8 +143,8 @@ func (t TLSInfo) clientConfig(prefix string) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, RootCAs: pool,
-		InsecureSkipVerify: t.insecureSkipVerify}, nil
+	return &tls.Config{MinVersion: max(t.MinVersion, tls.VersionTLS12), MaxVersion: t.MaxVersion, CipherSuites: t.CipherSuites,
+		Certificates: []tls.Certificate{cert}, RootCAs: pool, InsecureSkipVerify: t.insecureSkipVerify}, nil
 }
 
 // tlsFor returns the server config for listeners whose URLs use https, and

@@ -77,7 +77,8 @@ type Config struct {
 	LogVerifyInterval time.Duration
 
 	Logger *slog.Logger
-	// RaftLog receives hashicorp/raft's own warnings; nil means stderr.
+	// RaftLog receives hashicorp/raft's own warnings in hclog's format;
+	// nil sends them through Logger.
 	RaftLog io.Writer
 	// LeaseObserver hears lease grants and removals as they apply (the
 	// leader's expiry tracker).
