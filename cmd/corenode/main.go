@@ -75,21 +75,11 @@ func run(args []string) error {
 		printVersion(os.Stdout)
 		return nil
 	}
-	logger, closeLog, err := newLogger(s.o.logger, s.o.logFormat, s.o.logLevel, s.o.logOutputs)
+	m, logger, closeLog, err := start(s, prometheus.DefaultRegisterer)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	slog.SetDefault(logger)
-	s.logWarnings(logger)
-	cfg, err := memberConfig(&s.o, logger)
-	if err != nil {
-		return err
-	}
-	m, err := member.Start(cfg)
-	if err != nil {
-		return err
-	}
 	gcCtx, stopGC := context.WithCancel(context.Background())
 	defer stopGC()
 	go tuneGC(gcCtx, logger)
@@ -104,6 +94,28 @@ func run(args []string) error {
 		return errors.New("this member was removed from the cluster (etcdctl member remove); " +
 			"to rejoin, remove its data dir and add it again")
 	}
+}
+
+// start makes the logger the flags ask for, logs the warnings parsing
+// gathered, and starts the member; closeLog closes the log files.
+func start(s *settings, metrics prometheus.Registerer) (m *member.Member, logger *slog.Logger, closeLog func(), err error) {
+	logger, closeLog, err = newLogger(s.o.logger, s.o.logFormat, s.o.logLevel, s.o.logOutputs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	slog.SetDefault(logger)
+	s.logWarnings(logger)
+	cfg, err := memberConfig(&s.o, logger)
+	if err == nil {
+		cfg.Metrics = metrics
+		m, err = member.Start(cfg)
+	}
+	if err != nil {
+		logger.Error("cannot start", "err", err)
+		closeLog()
+		return nil, nil, nil, err
+	}
+	return m, logger, closeLog, nil
 }
 
 // memberConfig checks the options and turns them into a member's Config.
@@ -198,7 +210,6 @@ func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 		GRPCKeepalive:             keepalive,
 		EnablePprof:               o.enablePprof,
 		Logger:                    logger,
-		Metrics:                   prometheus.DefaultRegisterer,
 		ListenMetricsURLs:         o.listenMetrics,
 		LeaseCheckpointAfter:      time.Duration(o.leaseCheckpointMS) * time.Millisecond,
 		LeaseTick:                 time.Duration(o.leaseTickMS) * time.Millisecond,
