@@ -514,3 +514,31 @@ func printMemberUsage(w io.Writer) {
 		fmt.Fprintf(w, "  %s '%s'\n    %s\n", names, d.def, d.help())
 	}
 }
+
+// flagDocTable is the table of docs/operations.md: every flag and what
+// corenode does with it. TestOperationsDocFlagTable keeps the doc in step.
+func flagDocTable() string {
+	words := map[use]string{works: "works", own: "corenode's own", fixed: "fixed", noEffect: "no effect, warned",
+		notYet: "**not yet**, warned", refused: "**not yet**, refused when set"}
+	var b strings.Builder
+	b.WriteString("| flag | default | corenode | what corenode does |\n|---|---|---|---|\n")
+	for _, d := range flagTable() {
+		names := "`--" + d.name + "`"
+		for _, a := range d.aliases {
+			names += ", `--" + a + "`"
+		}
+		if d.gate != "" {
+			names += ", `--feature-gates=" + d.gate + "=true`"
+		}
+		def := "`" + d.def + "`"
+		if d.def == "" {
+			def = ""
+		}
+		w := words[d.use]
+		if d.use == fixed {
+			w += " at `" + d.only + "`; another value warned"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", names, strings.ReplaceAll(def, "|", `\|`), w, strings.ReplaceAll(d.does, "|", `\|`))
+	}
+	return b.String()
+}

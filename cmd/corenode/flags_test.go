@@ -12,6 +12,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -459,4 +460,37 @@ func writePEMFile(t *testing.T, path, kind string, der []byte) {
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+var updateDocs = flag.Bool("update-docs", false, "rewrite the flag table in docs/operations.md")
+
+const (
+	docBegin = "<!-- flag table: generated from cmd/corenode/flagtable.go; go test ./cmd/corenode -run TestOperationsDocFlagTable -update-docs -->\n"
+	docEnd   = "<!-- end of flag table -->\n"
+)
+
+// TestOperationsDocFlagTable checks that docs/operations.md holds the
+// table the flag table makes, so the doc lists every flag as it works.
+func TestOperationsDocFlagTable(t *testing.T) {
+	path := filepath.Join("..", "..", "docs", "operations.md")
+	doc, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, rest, ok := strings.Cut(string(doc), docBegin)
+	table, after, ok2 := strings.Cut(rest, docEnd)
+	if !ok || !ok2 {
+		t.Fatalf("%s has no %q ... %q", path, docBegin, docEnd)
+	}
+	want := flagDocTable()
+	if table == want {
+		return
+	}
+	if *updateDocs {
+		if err := os.WriteFile(path, []byte(before+docBegin+want+docEnd+after), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("the flag table in %s is not the one cmd/corenode/flagtable.go makes; run go test ./cmd/corenode -run TestOperationsDocFlagTable -update-docs", path)
 }
