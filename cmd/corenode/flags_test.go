@@ -159,7 +159,7 @@ func TestWarningsAndRefusals(t *testing.T) {
 		t.Errorf("not-yet warning names %s", got)
 	}
 	for _, args := range [][]string{
-		{"--discovery-srv=example.com"}, {"--force-new-cluster"}, {"--peer-cert-allowed-cn=etcd"},
+		{"--discovery-srv=example.com"}, {"--force-new-cluster"},
 		{"--feature-gates=NoSuchGate=true"}, {"--experimental-initial-corrupt-check", "--feature-gates=InitialCorruptCheck=true"},
 	} {
 		if _, err := parseFlags(args, nil); err == nil {
