@@ -109,6 +109,10 @@ type Config struct {
 	// of the key space and raises CORRUPT for one that differs from the
 	// majority (package integrity); zero turns the check off.
 	CorruptCheckTime time.Duration
+	// AutoCompaction has the leader compact the history by itself (etcd's
+	// --auto-compaction-mode, --auto-compaction-retention); zero: never.
+	AutoCompaction AutoCompaction
+
 	// LogVerifyInterval is how often the leader appends a raft log
 	// verification checkpoint (node.Config.LogVerifyInterval); zero means
 	// node.DefaultLogVerifyInterval.

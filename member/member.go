@@ -223,6 +223,9 @@ func Start(cfg Config) (*Member, error) {
 	}
 	m.request.SetLessor(lessor.New(lessor.Config{Tracker: tracker, Scheduler: sched, State: m.node.FSM(),
 		Barrier: m.node.ReadBarrier, Proposer: m.request.LeaseProposer(), MinTTL: MinTTL(cfg.ElectionTimeout), Metrics: cfg.Metrics}))
+	if cfg.AutoCompaction.Periodic > 0 || cfg.AutoCompaction.Revisions > 0 {
+		m.node.AddLeaderService(newAutoCompactor(cfg.AutoCompaction, m, logger))
+	}
 	m.readLeases = readlease.New(readLeaseConfig(cfg, logger), m.node)
 	m.node.AddLeaderService(m.readLeases)
 	m.node.SetGate(m.readLeases)

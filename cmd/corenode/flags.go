@@ -18,42 +18,43 @@ import (
 
 // options are a member's settings as the flags give them.
 type options struct {
-	name, dataDir                              string
-	listenClient, advertiseClient              []string
-	listenPeer, advertisePeer                  []string
-	initialCluster, initialState, initialToken string
-	heartbeatMS, electionMS, commitNotifyMS    int
-	snapshotCount                              int
-	logStore                                   string
-	maxRequestBytes, maxTxnOps                 int
-	maxConcurrentStreams                       int
-	keepaliveMinTime                           time.Duration
-	keepaliveInterval, keepaliveTimeout        time.Duration
-	leaseCheckpointMS, leaseTickMS             int
-	leaseBatch                                 int
-	clientTLS, peerTLS                         member.TLSInfo
-	cipherSuites                               []string
-	tlsMinVersion, tlsMaxVersion               string
-	enablePprof                                bool
-	watchProgressNotify                        time.Duration
-	quotaBackendBytes                          int
-	corruptCheck                               time.Duration
-	readLease                                  time.Duration
-	readLeaseMaxKeys, readLeaseMaxHolders      int
-	authToken                                  string
-	authTokens                                 auth.TokenKind
-	authTokenTTL, bcryptCost                   int
-	strictReconfigCheck                        bool
-	selfSignedCertValidity                     int
-	maxLearners                                int
-	dns                                        member.DNSConfig
-	featureGates                               string
-	metrics                                    string
-	listenMetrics                              []string
-	logger, logLevel, logFormat                string
-	logOutputs                                 []string
-	configFile                                 string
-	printVersion                               bool
+	name, dataDir                               string
+	listenClient, advertiseClient               []string
+	listenPeer, advertisePeer                   []string
+	initialCluster, initialState, initialToken  string
+	heartbeatMS, electionMS, commitNotifyMS     int
+	snapshotCount                               int
+	logStore                                    string
+	maxRequestBytes, maxTxnOps                  int
+	maxConcurrentStreams                        int
+	keepaliveMinTime                            time.Duration
+	keepaliveInterval, keepaliveTimeout         time.Duration
+	leaseCheckpointMS, leaseTickMS              int
+	leaseBatch                                  int
+	clientTLS, peerTLS                          member.TLSInfo
+	cipherSuites                                []string
+	tlsMinVersion, tlsMaxVersion                string
+	enablePprof                                 bool
+	watchProgressNotify                         time.Duration
+	quotaBackendBytes                           int
+	corruptCheck                                time.Duration
+	readLease                                   time.Duration
+	readLeaseMaxKeys, readLeaseMaxHolders       int
+	authToken                                   string
+	authTokens                                  auth.TokenKind
+	authTokenTTL, bcryptCost                    int
+	strictReconfigCheck                         bool
+	selfSignedCertValidity                      int
+	maxLearners                                 int
+	dns                                         member.DNSConfig
+	featureGates                                string
+	metrics                                     string
+	listenMetrics                               []string
+	logger, logLevel, logFormat                 string
+	logOutputs                                  []string
+	autoCompactionRetention, autoCompactionMode string
+	configFile                                  string
+	printVersion                                bool
 }
 
 // flagValue is a flag.Value over one option (or, for a flag bound to none,

@@ -32,6 +32,7 @@ import (
 
 	"github.com/corenode/corenode/internal/etcdrelease"
 	"github.com/corenode/corenode/internal/freeport"
+	"github.com/corenode/corenode/member"
 	"github.com/corenode/corenode/server"
 )
 
@@ -155,7 +156,7 @@ func TestWarningsAndRefusals(t *testing.T) {
 	if got := strings.Join(none, " "); got != "--max-wals --backend-batch-limit --enable-grpc-gateway=false" {
 		t.Errorf("no-effect warning names %s", got)
 	}
-	if got := strings.Join(later, " "); got != "--wal-dir --auto-compaction-retention --experimental-initial-corrupt-check --feature-gates=SetMemberLocalAddr=true" {
+	if got := strings.Join(later, " "); got != "--wal-dir --experimental-initial-corrupt-check --feature-gates=SetMemberLocalAddr=true" {
 		t.Errorf("not-yet warning names %s", got)
 	}
 	for _, args := range [][]string{
@@ -493,4 +494,26 @@ func TestOperationsDocFlagTable(t *testing.T) {
 		return
 	}
 	t.Errorf("the flag table in %s is not the one cmd/corenode/flagtable.go makes; run go test ./cmd/corenode -run TestOperationsDocFlagTable -update-docs", path)
+}
+
+func TestAutoCompactionFlags(t *testing.T) {
+	for _, c := range []struct {
+		mode, retention string
+		want            member.AutoCompaction
+	}{
+		{"periodic", "0", member.AutoCompaction{}},
+		{"periodic", "1", member.AutoCompaction{Periodic: time.Hour}},
+		{"periodic", "5m", member.AutoCompaction{Periodic: 5 * time.Minute}},
+		{"revision", "1000", member.AutoCompaction{Revisions: 1000}},
+	} {
+		got, err := autoCompaction(c.mode, c.retention)
+		if err != nil || got != c.want {
+			t.Errorf("%s %s: %+v, %v", c.mode, c.retention, got, err)
+		}
+	}
+	for _, c := range [][2]string{{"periodic", "soon"}, {"revision", "1h"}, {"daily", "1"}, {"periodic", "-1"}} {
+		if _, err := autoCompaction(c[0], c[1]); err == nil {
+			t.Errorf("%v accepted", c)
+		}
+	}
 }

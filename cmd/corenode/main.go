@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -176,6 +177,10 @@ func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 	if err := tlsPolicy(o); err != nil {
 		return member.Config{}, err
 	}
+	compaction, err := autoCompaction(o.autoCompactionMode, o.autoCompactionRetention)
+	if err != nil {
+		return member.Config{}, err
+	}
 	keepalive := member.GRPCKeepalive{MinTime: o.keepaliveMinTime, Interval: o.keepaliveInterval, Timeout: o.keepaliveTimeout}
 	// etcd's 0 turns the pings off; the config's 0 is the default.
 	if keepalive.Interval == 0 {
@@ -220,6 +225,7 @@ func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 		AuthTokenTTL:              time.Duration(o.authTokenTTL) * time.Second,
 		BcryptCost:                o.bcryptCost,
 		CorruptCheckTime:          o.corruptCheck,
+		AutoCompaction:            compaction,
 		ReadLeaseDuration:         cmp.Or(o.readLease, -1), // the flag's 0 is none; the config's is the default
 		ReadLeaseMaxKeys:          o.readLeaseMaxKeys,
 		ReadLeaseMaxHoldersPerKey: o.readLeaseMaxHolders,
@@ -228,6 +234,33 @@ func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 		SelfSignedCertValidity:    uint(o.selfSignedCertValidity),
 		DNS:                       o.dns,
 	}, nil
+}
+
+// autoCompaction reads etcd's --auto-compaction-mode and -retention: in
+// periodic mode a duration, hours when it has no unit; in revision mode a
+// count of revisions.
+func autoCompaction(mode, retention string) (member.AutoCompaction, error) {
+	switch mode {
+	case "periodic":
+		if h, err := strconv.ParseInt(retention, 10, 64); err == nil {
+			if h < 0 {
+				return member.AutoCompaction{}, fmt.Errorf("--auto-compaction-retention %q must not be negative", retention)
+			}
+			return member.AutoCompaction{Periodic: time.Duration(h) * time.Hour}, nil
+		}
+		d, err := time.ParseDuration(retention)
+		if err != nil || d < 0 {
+			return member.AutoCompaction{}, fmt.Errorf("--auto-compaction-retention %q: want a duration (such as 1h, 30m) or a number of hours", retention)
+		}
+		return member.AutoCompaction{Periodic: d}, nil
+	case "revision":
+		n, err := strconv.ParseInt(retention, 10, 64)
+		if err != nil || n < 0 {
+			return member.AutoCompaction{}, fmt.Errorf("--auto-compaction-retention %q: want a number of revisions in revision mode", retention)
+		}
+		return member.AutoCompaction{Revisions: n}, nil
+	}
+	return member.AutoCompaction{}, fmt.Errorf("--auto-compaction-mode %q: want periodic or revision", mode)
 }
 
 // tlsPolicy sets the TLS versions and cipher suites, etcd's names, on
