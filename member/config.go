@@ -126,6 +126,19 @@ type Config struct {
 	ReadLeaseMaxKeys          int
 	ReadLeaseMaxHoldersPerKey int
 
+	// ListenClientHTTPURLs serve the client HTTP (JSON gateway, /health,
+	// /metrics...) alone; with them, the client URLs serve gRPC only, and
+	// answer HTTP with a pointer there (etcd's --listen-client-http-urls).
+	ListenClientHTTPURLs []string
+	// SocketOpts apply to every listener the member opens.
+	SocketOpts SocketOpts
+	// CORS are the origins the HTTP answers allow (etcd's --cors), and
+	// HostWhitelist the Host names plain-HTTP requests may name (etcd's
+	// --host-whitelist); nil or "*" allows all, as etcd's defaults.
+	CORS, HostWhitelist []string
+	// WarningUnaryRequestDuration logs unary calls slower than it (etcd's
+	// --warning-unary-request-duration); zero logs none.
+	WarningUnaryRequestDuration time.Duration
 	// ListenMetricsURLs serve /metrics, /health, /livez and /readyz only
 	// (etcd's --listen-metrics-urls); https:// ones with ClientTLS.
 	ListenMetricsURLs []string

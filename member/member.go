@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -46,6 +47,10 @@ type Member struct {
 	// metricsLns and metricsHTTP serve --listen-metrics-urls.
 	metricsLns  []net.Listener
 	metricsHTTP *http.Server
+	// httpLns serve --listen-client-http-urls; with them, the client
+	// URLs' HTTP is httpElsewhere's, served by elsewhere.
+	httpLns   []net.Listener
+	elsewhere *http.Server
 	// pipe carries the JSON gateway's calls into grpc over gwConn.
 	pipe   *transport.PipeListener
 	gwConn *grpc.ClientConn
@@ -133,7 +138,7 @@ func Start(cfg Config) (*Member, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--listen-peer-urls: %w", err)
 		}
-		if peerLn, err = net.Listen("tcp", hp); err != nil {
+		if peerLn, err = cfg.SocketOpts.listen(hp); err != nil {
 			return nil, fmt.Errorf("listen for peers: %w", err)
 		}
 	}
@@ -149,7 +154,7 @@ func Start(cfg Config) (*Member, error) {
 			if err != nil {
 				return nil, fmt.Errorf("--listen-client-urls: %w", err)
 			}
-			ln, err := net.Listen("tcp", hp)
+			ln, err := cfg.SocketOpts.listen(hp)
 			if err != nil {
 				return nil, fmt.Errorf("listen for clients: %w", err)
 			}
@@ -159,7 +164,10 @@ func Start(cfg Config) (*Member, error) {
 	for _, ln := range clientLns {
 		m.clients = append(m.clients, transport.NewClientMux(ln, clientTLS, logger))
 	}
-	if m.metricsLns, err = listenMetrics(cfg); err != nil {
+	if m.metricsLns, err = listenHTTP(cfg, cfg.ListenMetricsURLs, "--listen-metrics-urls"); err != nil {
+		return nil, err
+	}
+	if m.httpLns, err = listenHTTP(cfg, cfg.ListenClientHTTPURLs, "--listen-client-http-urls"); err != nil {
 		return nil, err
 	}
 
@@ -267,6 +275,9 @@ func Start(cfg Config) (*Member, error) {
 		opts = append(opts, grpc.KeepaliveParams(*ka))
 	}
 	opts = append(opts, transport.ServerOptions()...)
+	if cfg.WarningUnaryRequestDuration > 0 {
+		opts = append(opts, slowRequests(cfg.WarningUnaryRequestDuration, logger))
+	}
 	if cfg.Metrics != nil {
 		opts = append(opts, transport.NewGRPCMetrics(cfg.Metrics).ServerOptions()...)
 		m.request.RegisterAuthMetrics(cfg.Metrics)
@@ -285,15 +296,23 @@ func Start(cfg Config) (*Member, error) {
 	if g, ok := cfg.Metrics.(prometheus.Gatherer); ok && gatherer == nil {
 		gatherer = g
 	}
-	m.http = &http.Server{Handler: storageHealth(m.node, m.server.HTTPHandler(gatherer, cfg.EnablePprof, gateway)),
-		ReadHeaderTimeout: 10 * time.Second}
+	m.http = &http.Server{Handler: accessControl(storageHealth(m.node, m.server.HTTPHandler(gatherer, cfg.EnablePprof, gateway)),
+		cfg.CORS, cfg.HostWhitelist, logger), ReadHeaderTimeout: 10 * time.Second}
 	m.serve(func() error { return m.grpc.Serve(m.pipe) })
 
 	m.serve(func() error { return m.peer.Serve(m.peerMux.GRPCListener()) })
 	m.serve(func() error { return m.server.ServeProposalConns(m.peerMux.ProposalListener()) })
+	clientHTTP := m.http
+	if len(m.httpLns) > 0 {
+		m.elsewhere = &http.Server{Handler: httpElsewhere, ReadHeaderTimeout: 10 * time.Second}
+		clientHTTP = m.elsewhere
+		for _, ln := range m.httpLns {
+			m.serve(func() error { return m.http.Serve(ln) })
+		}
+	}
 	for _, c := range m.clients {
 		m.serve(func() error { return m.grpc.Serve(c.GRPC()) })
-		m.serve(func() error { return m.http.Serve(c.HTTP()) })
+		m.serve(func() error { return clientHTTP.Serve(c.HTTP()) })
 	}
 	if len(m.metricsLns) > 0 {
 		m.metricsHTTP = &http.Server{Handler: metricsOnly(m.http.Handler), ReadHeaderTimeout: 10 * time.Second}
@@ -384,7 +403,7 @@ func (m *Member) closeListeners() {
 	for _, c := range m.clients {
 		c.Close()
 	}
-	for _, ln := range m.metricsLns {
+	for _, ln := range slices.Concat(m.metricsLns, m.httpLns) {
 		ln.Close()
 	}
 }
@@ -412,8 +431,10 @@ func (m *Member) Close() error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		m.http.Shutdown(ctx)
-		if m.metricsHTTP != nil {
-			m.metricsHTTP.Shutdown(ctx)
+		for _, h := range []*http.Server{m.metricsHTTP, m.elsewhere} {
+			if h != nil {
+				h.Shutdown(ctx)
+			}
 		}
 		cancel()
 		m.gwConn.Close()

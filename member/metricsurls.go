@@ -1,56 +1,12 @@
 package member
 
 import (
-	"crypto/tls"
-	"errors"
-	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc/keepalive"
 )
-
-// listenMetrics opens etcd's --listen-metrics-urls: plain or TLS
-// listeners, https:// ones with the client TLS settings, as etcd does.
-func listenMetrics(cfg Config) ([]net.Listener, error) {
-	var lns []net.Listener
-	fail := func(err error) ([]net.Listener, error) {
-		for _, ln := range lns {
-			ln.Close()
-		}
-		return nil, err
-	}
-	var tlsCfg *tls.Config
-	for _, u := range cfg.ListenMetricsURLs {
-		hp, err := hostPort(u)
-		if err != nil {
-			return fail(fmt.Errorf("--listen-metrics-urls: %w", err))
-		}
-		ln, err := net.Listen("tcp", hp)
-		if err != nil {
-			return fail(fmt.Errorf("listen for metrics: %w", err))
-		}
-		if isHTTPS(u) {
-			if tlsCfg == nil {
-				if cfg.ClientTLS.CertFile == "" {
-					ln.Close()
-					return fail(errors.New("--listen-metrics-urls " + u + " is https:// but --cert-file is not set"))
-				}
-				if tlsCfg, err = cfg.ClientTLS.serverConfig(""); err != nil {
-					ln.Close()
-					return fail(err)
-				}
-				tlsCfg = tlsCfg.Clone()
-				tlsCfg.NextProtos = []string{"http/1.1"}
-			}
-			ln = tls.NewListener(ln, tlsCfg)
-		}
-		lns = append(lns, ln)
-	}
-	return lns, nil
-}
 
 // metricsOnly passes the paths etcd serves on a metrics URL to next, and
 // answers 404 for the rest: a metrics port is no client port.

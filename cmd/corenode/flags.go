@@ -53,6 +53,9 @@ type options struct {
 	logger, logLevel, logFormat                 string
 	logOutputs                                  []string
 	autoCompactionRetention, autoCompactionMode string
+	listenClientHTTP, cors, hostWhitelist       []string
+	socketOpts                                  member.SocketOpts
+	warnUnary                                   time.Duration
 	configFile                                  string
 	printVersion                                bool
 }
