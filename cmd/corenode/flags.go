@@ -56,6 +56,7 @@ type options struct {
 	listenClientHTTP, cors, hostWhitelist       []string
 	socketOpts                                  member.SocketOpts
 	warnUnary                                   time.Duration
+	discoverySRV, discoverySRVName              string
 	configFile                                  string
 	printVersion                                bool
 }

@@ -160,14 +160,14 @@ func TestWarningsAndRefusals(t *testing.T) {
 		t.Errorf("not-yet warning names %s", got)
 	}
 	for _, args := range [][]string{
-		{"--discovery-srv=example.com"}, {"--force-new-cluster"},
+		{"--discovery=https://discovery.etcd.io/x"}, {"--force-new-cluster"},
 		{"--feature-gates=NoSuchGate=true"}, {"--experimental-initial-corrupt-check", "--feature-gates=InitialCorruptCheck=true"},
 	} {
 		if _, err := parseFlags(args, nil); err == nil {
 			t.Errorf("%v: accepted", args)
 		}
 	}
-	if _, err := parseFlags([]string{"--force-new-cluster=false", "--discovery-srv="}, nil); err != nil {
+	if _, err := parseFlags([]string{"--force-new-cluster=false", "--discovery="}, nil); err != nil {
 		t.Errorf("refused flags at their defaults: %v", err)
 	}
 }

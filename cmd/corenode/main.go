@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -123,6 +124,17 @@ func start(s *settings, metrics prometheus.Registerer) (m *member.Member, logger
 func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 	if o.dataDir == "" {
 		o.dataDir = o.name + ".corenode"
+	}
+	if o.discoverySRV != "" {
+		if o.initialCluster != "" {
+			// As etcd: the two name the initial cluster each.
+			return member.Config{}, errors.New("--discovery-srv and --initial-cluster cannot both be given")
+		}
+		ic, err := srvCluster(context.Background(), net.DefaultResolver, o.discoverySRV, o.discoverySRVName, o.name, o.advertisePeer, logger)
+		if err != nil {
+			return member.Config{}, err
+		}
+		o.initialCluster = ic
 	}
 	if o.initialCluster == "" {
 		o.initialCluster = o.name + "=" + strings.Join(o.advertisePeer, ",")
