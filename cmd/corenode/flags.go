@@ -57,6 +57,8 @@ type options struct {
 	socketOpts                                  member.SocketOpts
 	warnUnary                                   time.Duration
 	discoverySRV, discoverySRVName              string
+	logRotation                                 bool
+	logRotationJSON                             string
 	configFile                                  string
 	printVersion                                bool
 }

@@ -271,10 +271,10 @@ func TestLogFormats(t *testing.T) {
 	if len(f) != 5 || !tsRE.MatchString(f[0]) || f[1] != "warn" || f[3] != "careful" || f[4] != `{"k":"v"}` {
 		t.Errorf("console line %q", b.String())
 	}
-	if _, _, err := newLogger("capnslog", "json", "info", nil); err == nil {
+	if _, _, err := newLogger("capnslog", "json", "info", nil, nil); err == nil {
 		t.Error("--logger capnslog accepted")
 	}
-	if _, _, err := newLogger("zap", "json", "loud", nil); err == nil {
+	if _, _, err := newLogger("zap", "json", "loud", nil, nil); err == nil {
 		t.Error("--log-level loud accepted")
 	}
 }

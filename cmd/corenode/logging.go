@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,7 +65,7 @@ func levelName(l slog.Level) string {
 // newLogger is a member's one logger, as etcd's --logger zap writes:
 // format json (one object a line) or console, at level, to outputs
 // (stderr, stdout or files, appended to). close closes the files.
-func newLogger(logger, format, level string, outputs []string) (l *slog.Logger, closeFn func(), err error) {
+func newLogger(logger, format, level string, outputs []string, rotate *rotation) (l *slog.Logger, closeFn func(), err error) {
 	if logger != "zap" {
 		return nil, nil, fmt.Errorf("--logger %q: only zap is supported, as in etcd 3.6", logger)
 	}
@@ -76,11 +77,22 @@ func newLogger(logger, format, level string, outputs []string) (l *slog.Logger, 
 		return nil, nil, fmt.Errorf("--log-format %q: want json or console", format)
 	}
 	var ws []io.Writer
-	var files []*os.File
+	var files []io.Closer
 	closeFn = func() {
 		for _, f := range files {
 			f.Close()
 		}
+	}
+	if rotate != nil {
+		// As etcd: rotation is for one file, nothing else.
+		if len(outputs) != 1 || slices.Contains([]string{"stderr", "stdout", "default", "journal", "journald", "/dev/null"}, outputs[0]) {
+			return nil, nil, errors.New("--enable-log-rotation needs exactly one --log-outputs, a file")
+		}
+		f, err := openRotating(outputs[0], *rotate)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--log-outputs: %w", err)
+		}
+		return slog.New(newZapHandler(f, format == "console", lv)), func() { f.Close() }, nil
 	}
 	seen := map[string]bool{}
 	for _, out := range outputs {

@@ -101,7 +101,15 @@ func run(args []string) error {
 // start makes the logger the flags ask for, logs the warnings parsing
 // gathered, and starts the member; closeLog closes the log files.
 func start(s *settings, metrics prometheus.Registerer) (m *member.Member, logger *slog.Logger, closeLog func(), err error) {
-	logger, closeLog, err = newLogger(s.o.logger, s.o.logFormat, s.o.logLevel, s.o.logOutputs)
+	var rotate *rotation
+	if s.o.logRotation {
+		r, err := parseRotation(s.o.logRotationJSON)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		rotate = &r
+	}
+	logger, closeLog, err = newLogger(s.o.logger, s.o.logFormat, s.o.logLevel, s.o.logOutputs, rotate)
 	if err != nil {
 		return nil, nil, nil, err
 	}
