@@ -109,6 +109,12 @@ type Config struct {
 	// of the key space and raises CORRUPT for one that differs from the
 	// majority (package integrity); zero turns the check off.
 	CorruptCheckTime time.Duration
+	// InitialCorruptCheck compares this member's hash with the others'
+	// once it has caught up, and fails the member (Failed) on a mismatch
+	// (etcd's --experimental-initial-corrupt-check). It runs right after
+	// the member catches up, not before it serves anything as etcd's does.
+	InitialCorruptCheck bool
+
 	// AutoCompaction has the leader compact the history by itself (etcd's
 	// --auto-compaction-mode, --auto-compaction-retention); zero: never.
 	AutoCompaction AutoCompaction

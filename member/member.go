@@ -62,6 +62,11 @@ type Member struct {
 	wg    sync.WaitGroup
 	once  sync.Once
 	err   error
+
+	// failed is closed, with failErr, when the member finds at start that
+	// it must not serve (the initial corruption check).
+	failed  chan struct{}
+	failErr error
 }
 
 // Start starts a member and returns once it serves; the cluster may still be
@@ -323,6 +328,7 @@ func Start(cfg Config) (*Member, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	m.ready = make(chan struct{})
+	m.failed = make(chan struct{})
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -333,6 +339,16 @@ func Start(cfg Config) (*Member, error) {
 		case <-m.node.CaughtUp():
 		case <-ctx.Done():
 			return
+		}
+		if cfg.InitialCorruptCheck {
+			if err := initialCheck(ctx, integrityCluster{m.node, m.request}, logger); err != nil {
+				if ctx.Err() == nil {
+					logger.Error("initial corruption check failed", "err", err)
+					m.failErr = err
+					close(m.failed)
+				}
+				return
+			}
 		}
 		// etcd's words: its e2e framework and scripts written for etcd
 		// wait for this line.
@@ -364,6 +380,20 @@ func (m *Member) serve(f func() error) {
 // it has published its name and client URLs through raft and holds what
 // the cluster had committed when it started, as etcd's ReadyNotify.
 func (m *Member) Ready() <-chan struct{} { return m.ready }
+
+// Failed is closed when the member found at start that it must not
+// serve; Err says why. The command stops the member then, as etcd exits.
+func (m *Member) Failed() <-chan struct{} { return m.failed }
+
+// Err is why Failed was closed.
+func (m *Member) Err() error {
+	select {
+	case <-m.failed:
+		return m.failErr
+	default:
+		return nil
+	}
+}
 
 // Removed is closed when the cluster has removed this member; the process
 // should then Close it and exit.

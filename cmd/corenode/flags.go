@@ -57,7 +57,7 @@ type options struct {
 	socketOpts                                  member.SocketOpts
 	warnUnary                                   time.Duration
 	discoverySRV, discoverySRVName              string
-	logRotation                                 bool
+	logRotation, initialCorruptCheck            bool
 	logRotationJSON                             string
 	configFile                                  string
 	printVersion                                bool

@@ -139,6 +139,9 @@ func TestWarningsAndRefusals(t *testing.T) {
 	s, err := parseFlags([]string{"--backend-batch-limit=10", "--max-wals=3", "--pre-vote=false", "--pre-vote=true",
 		"--enable-grpc-gateway=false", "--auto-compaction-retention=1h", "--wal-dir=/w",
 		"--feature-gates=InitialCorruptCheck=true,SetMemberLocalAddr=true"}, nil)
+	if !s.o.initialCorruptCheck {
+		t.Error("--feature-gates=InitialCorruptCheck=true did not set --experimental-initial-corrupt-check")
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +159,7 @@ func TestWarningsAndRefusals(t *testing.T) {
 	if got := strings.Join(none, " "); got != "--max-wals --backend-batch-limit --enable-grpc-gateway=false" {
 		t.Errorf("no-effect warning names %s", got)
 	}
-	if got := strings.Join(later, " "); got != "--wal-dir --experimental-initial-corrupt-check --feature-gates=SetMemberLocalAddr=true" {
+	if got := strings.Join(later, " "); got != "--wal-dir --feature-gates=SetMemberLocalAddr=true" {
 		t.Errorf("not-yet warning names %s", got)
 	}
 	for _, args := range [][]string{
@@ -383,7 +386,7 @@ func TestKubeadmCommandLine(t *testing.T) {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
-	n, ready, notYet := 0, false, false
+	n, ready, checked := 0, false, false
 	for sc.Scan() {
 		n++
 		var line map[string]any
@@ -396,11 +399,14 @@ func TestKubeadmCommandLine(t *testing.T) {
 			t.Errorf("line %d lacks etcd's keys: %s", n, sc.Text())
 		}
 		ready = ready || line["msg"] == "ready to serve client requests"
-		notYet = notYet || strings.HasPrefix(line["msg"].(string), "flags not yet implemented") && line["--experimental-initial-corrupt-check"] != nil
+		checked = checked || line["msg"] == "initial corruption checking passed; no corruption"
+		if strings.HasPrefix(line["msg"].(string), "flags not yet implemented") || strings.HasPrefix(line["msg"].(string), "flags that tune") {
+			t.Errorf("kubeadm's flags warned of: %s", sc.Text())
+		}
 	}
 	t.Logf("%d log lines, each JSON", n)
-	if !ready || !notYet || n < 3 {
-		t.Errorf("%d lines; ready to serve: %v; not-yet warning: %v", n, ready, notYet)
+	if !ready || !checked || n < 3 {
+		t.Errorf("%d lines; ready to serve: %v; initial corruption check: %v", n, ready, checked)
 	}
 }
 

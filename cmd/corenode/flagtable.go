@@ -250,8 +250,8 @@ func flagTable() []flagDef {
 		{name: "distributed-tracing-sampling-rate", aliases: []string{"experimental-distributed-tracing-sampling-rate"}, def: "0", etcd: "Number of samples to collect per million spans for distributed tracing.", use: notYet, kind: kInt, does: "see --enable-distributed-tracing"},
 
 		// Experimental features of etcd, most now feature gates.
-		{name: "experimental-initial-corrupt-check", gate: "InitialCorruptCheck", def: "false", etcd: "Enable to check data corruption before serving any client/peer traffic.", use: notYet, kind: kBool,
-			does: "a member serves without comparing its hash with the others first; the leader's periodic check (--corrupt-check-time) compares every member within a minute"},
+		{name: "experimental-initial-corrupt-check", gate: "InitialCorruptCheck", def: "false", etcd: "Enable to check data corruption before serving any client/peer traffic.", use: works,
+			does: "as etcd: a member compares its hash with the others' and exits on a mismatch; right after it catches up, so it may have answered a few requests", bind: func(o *options) any { return &o.initialCorruptCheck }},
 		{name: "corrupt-check-time", aliases: []string{"experimental-corrupt-check-time"}, def: "1m", etcd: "Duration of time between cluster corruption check passes.", use: works,
 			does: "the leader compares the members' hashes this often and raises CORRUPT for one differing from the majority (0: never; etcd's default is 0)", bind: func(o *options) any { return &o.corruptCheck }},
 		{name: "experimental-compact-hash-check-enabled", gate: "CompactHashCheck", def: "false", etcd: "Enable leader to periodically check followers compaction hashes.", use: notYet, kind: kBool,

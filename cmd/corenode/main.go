@@ -91,6 +91,9 @@ func run(args []string) error {
 	case s := <-sig:
 		logger.Info("stopping", "signal", s.String())
 		return m.Close()
+	case <-m.Failed():
+		m.Close()
+		return m.Err()
 	case <-m.Removed():
 		m.Close()
 		return errors.New("this member was removed from the cluster (etcdctl member remove); " +
@@ -121,7 +124,7 @@ func start(s *settings, metrics prometheus.Registerer) (m *member.Member, logger
 		m, err = member.Start(cfg)
 	}
 	if err != nil {
-		logger.Error("cannot start", "err", err)
+		// run prints err: one line, where an operator looks first.
 		closeLog()
 		return nil, nil, nil, err
 	}
@@ -251,6 +254,7 @@ func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 		BcryptCost:                  o.bcryptCost,
 		CorruptCheckTime:            o.corruptCheck,
 		AutoCompaction:              compaction,
+		InitialCorruptCheck:         o.initialCorruptCheck,
 		ReadLeaseDuration:           cmp.Or(o.readLease, -1), // the flag's 0 is none; the config's is the default
 		ReadLeaseMaxKeys:            o.readLeaseMaxKeys,
 		ReadLeaseMaxHoldersPerKey:   o.readLeaseMaxHolders,
