@@ -145,6 +145,9 @@ type Config struct {
 	// WarningUnaryRequestDuration logs unary calls slower than it (etcd's
 	// --warning-unary-request-duration); zero logs none.
 	WarningUnaryRequestDuration time.Duration
+	// WarningApplyDuration logs KV calls slower than it (etcd's
+	// --warning-apply-duration); zero logs none.
+	WarningApplyDuration time.Duration
 	// ListenMetricsURLs serve /metrics, /health, /livez and /readyz only
 	// (etcd's --listen-metrics-urls); https:// ones with ClientTLS.
 	ListenMetricsURLs []string

@@ -147,19 +147,25 @@ func (c *corsWriter) Flush() {
 
 func (c *corsWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
-// slowRequests is etcd's --warning-unary-request-duration: a unary call
-// that takes longer is logged, with etcd's message.
-func slowRequests(d time.Duration, log *slog.Logger) grpc.ServerOption {
+// slowRequests logs slow unary calls as etcd does: past
+// --warning-unary-request-duration "request stats", and, for the KV calls
+// its apply path serves, past --warning-apply-duration "apply request
+// took too long". Zero turns either off.
+func slowRequests(unary, apply time.Duration, log *slog.Logger) grpc.ServerOption {
 	return grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		start := time.Now()
 		resp, err := h(ctx, req)
-		if took := time.Since(start); took > d {
+		took := time.Since(start)
+		method := strings.TrimPrefix(info.FullMethod, "/etcdserverpb.")
+		if apply > 0 && took > apply && strings.HasPrefix(method, "KV/") {
+			log.Warn("apply request took too long", "took", took, "expected-duration", apply, "request", method, "err", err)
+		}
+		if unary > 0 && took > unary {
 			remote := ""
 			if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 				remote = p.Addr.String()
 			}
-			log.Warn("request stats", "start time", start, "time spent", took, "remote", remote,
-				"response type", strings.TrimPrefix(info.FullMethod, "/etcdserverpb."), "err", err)
+			log.Warn("request stats", "start time", start, "time spent", took, "remote", remote, "response type", method, "err", err)
 		}
 		return resp, err
 	})

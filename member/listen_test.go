@@ -52,6 +52,7 @@ func TestHTTPListeners(t *testing.T) {
 		cfg.CORS = []string{"https://ui.example"}
 		cfg.HostWhitelist = []string{"etcd.example", "127.0.0.1"}
 		cfg.WarningUnaryRequestDuration = time.Nanosecond
+		cfg.WarningApplyDuration = time.Nanosecond
 		cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}))
 	get := func(url, host, origin string) (int, http.Header, string) {
@@ -99,7 +100,8 @@ func TestHTTPListeners(t *testing.T) {
 	if _, err := c.Client(0).Put(ctx, "k", "v"); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(logs.String(), `msg="request stats"`) || !strings.Contains(logs.String(), "Put") {
+	if !strings.Contains(logs.String(), `msg="request stats"`) || !strings.Contains(logs.String(), `msg="apply request took too long"`) ||
+		!strings.Contains(logs.String(), "KV/Put") {
 		t.Errorf("no slow-request line for a Put:\n%s", logs.String())
 	}
 }

@@ -280,8 +280,8 @@ func Start(cfg Config) (*Member, error) {
 		opts = append(opts, grpc.KeepaliveParams(*ka))
 	}
 	opts = append(opts, transport.ServerOptions()...)
-	if cfg.WarningUnaryRequestDuration > 0 {
-		opts = append(opts, slowRequests(cfg.WarningUnaryRequestDuration, logger))
+	if cfg.WarningUnaryRequestDuration > 0 || cfg.WarningApplyDuration > 0 {
+		opts = append(opts, slowRequests(cfg.WarningUnaryRequestDuration, cfg.WarningApplyDuration, logger))
 	}
 	if cfg.Metrics != nil {
 		opts = append(opts, transport.NewGRPCMetrics(cfg.Metrics).ServerOptions()...)

@@ -55,7 +55,7 @@ type options struct {
 	autoCompactionRetention, autoCompactionMode string
 	listenClientHTTP, cors, hostWhitelist       []string
 	socketOpts                                  member.SocketOpts
-	warnUnary                                   time.Duration
+	warnUnary, warnApply                        time.Duration
 	discoverySRV, discoverySRVName              string
 	logRotation, initialCorruptCheck            bool
 	logRotationJSON                             string

@@ -244,6 +244,7 @@ func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 		CORS:                        o.cors,
 		HostWhitelist:               o.hostWhitelist,
 		WarningUnaryRequestDuration: o.warnUnary,
+		WarningApplyDuration:        o.warnApply,
 		LeaseCheckpointAfter:        time.Duration(o.leaseCheckpointMS) * time.Millisecond,
 		LeaseTick:                   time.Duration(o.leaseTickMS) * time.Millisecond,
 		LeaseBatch:                  o.leaseBatch,
