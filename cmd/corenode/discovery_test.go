@@ -3,11 +3,18 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/corenode/corenode/member/membertest"
 )
 
 type fakeDNS struct {
@@ -61,5 +68,52 @@ func TestDiscoverySRV(t *testing.T) {
 	}
 	if _, err := srvCluster(ctx, dns, "nowhere.example", "", "infra1", []string{"https://infra1.example.com:2380"}, log); err == nil {
 		t.Error("no records: no error")
+	}
+}
+
+// TestDiscoveryV3 runs etcd's v3 discovery against a corenode member as
+// the discovery service: three members register and each gets the same
+// initial cluster, the first three by registration; a fourth finds the
+// cluster full.
+func TestDiscoveryV3(t *testing.T) {
+	svc := membertest.New(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := svc.Client(0).Put(ctx, "/_etcd/registry/tok/_config/size", "3"); err != nil {
+		t.Fatal(err)
+	}
+	d := discoveryConfig{endpoints: svc.Endpoints(), token: "tok", dialTimeout: 2 * time.Second, requestTimeout: 5 * time.Second,
+		keepaliveTime: 2 * time.Second, keepaliveTimeout: 6 * time.Second, insecureTransport: true, fallback: "exit"}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	got := make([]string, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			name := fmt.Sprintf("m%d", i)
+			got[i], errs[i] = v3Discovery(ctx, d, name, "cluster-token", []string{fmt.Sprintf("http://10.0.0.%d:2380", i)}, log)
+		})
+		time.Sleep(50 * time.Millisecond) // registration order m0, m1, m2
+	}
+	wg.Wait()
+	want := "m0=http://10.0.0.0:2380,m1=http://10.0.0.1:2380,m2=http://10.0.0.2:2380"
+	for i := range 3 {
+		if errs[i] != nil || got[i] != want {
+			t.Errorf("m%d: %q, %v; want %q", i, got[i], errs[i], want)
+		}
+	}
+	if _, err := v3Discovery(ctx, d, "m3", "cluster-token", []string{"http://10.0.0.3:2380"}, log); err == nil || !strings.Contains(err.Error(), "full") {
+		t.Errorf("a fourth member: %v", err)
+	}
+	if r, err := svc.Client(0).Get(ctx, "/_etcd/registry/tok/members/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || r.Count != 3 {
+		t.Errorf("registrations: %v %v", r, err)
+	}
+	// A restarted member, registered already, gets the same answer.
+	if got, err := v3Discovery(ctx, d, "m1", "cluster-token", []string{"http://10.0.0.1:2380"}, log); err != nil || got != want {
+		t.Errorf("m1 again: %q, %v", got, err)
+	}
+	d.token = "none"
+	if _, err := v3Discovery(ctx, d, "m0", "cluster-token", []string{"http://10.0.0.0:2380"}, log); err == nil || !strings.Contains(err.Error(), "size key not found") {
+		t.Errorf("no size key: %v", err)
 	}
 }

@@ -57,6 +57,7 @@ type options struct {
 	socketOpts                                  member.SocketOpts
 	warnUnary, warnApply                        time.Duration
 	discoverySRV, discoverySRVName              string
+	discovery                                   discoveryConfig
 	logRotation, initialCorruptCheck            bool
 	logRotationJSON                             string
 	configFile                                  string

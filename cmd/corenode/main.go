@@ -136,11 +136,21 @@ func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 	if o.dataDir == "" {
 		o.dataDir = o.name + ".corenode"
 	}
-	if o.discoverySRV != "" {
-		if o.initialCluster != "" {
-			// As etcd: the two name the initial cluster each.
-			return member.Config{}, errors.New("--discovery-srv and --initial-cluster cannot both be given")
+	if o.discoverySRV != "" && len(o.discovery.endpoints) > 0 || (o.discoverySRV != "" || len(o.discovery.endpoints) > 0) && o.initialCluster != "" {
+		// As etcd: each names the initial cluster.
+		return member.Config{}, errors.New("choose one of --initial-cluster, --discovery-endpoints or --discovery-srv")
+	}
+	if len(o.discovery.endpoints) > 0 {
+		ic := o.name + "=" + strings.Join(o.advertisePeer, ",")
+		if !hasRaftLog(o.dataDir) {
+			var err error
+			if ic, err = v3Discovery(context.Background(), o.discovery, o.name, o.initialToken, o.advertisePeer, logger); err != nil {
+				return member.Config{}, err
+			}
 		}
+		o.initialCluster = ic
+	}
+	if o.discoverySRV != "" {
 		ic, err := srvCluster(context.Background(), net.DefaultResolver, o.discoverySRV, o.discoverySRVName, o.name, o.advertisePeer, logger)
 		if err != nil {
 			return member.Config{}, err
