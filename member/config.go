@@ -136,6 +136,11 @@ type Config struct {
 	// /metrics...) alone; with them, the client URLs serve gRPC only, and
 	// answer HTTP with a pointer there (etcd's --listen-client-http-urls).
 	ListenClientHTTPURLs []string
+	// PeerLocalAddrFromAdvertise dials the other members from the IP of
+	// the first advertised peer URL, when it is one (etcd's
+	// SetMemberLocalAddr feature gate); otherwise a member dials from the
+	// address its peer listener is bound to, if specific.
+	PeerLocalAddrFromAdvertise bool
 	// SocketOpts apply to every listener the member opens.
 	SocketOpts SocketOpts
 	// CORS are the origins the HTTP answers allow (etcd's --cors), and

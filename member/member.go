@@ -148,6 +148,11 @@ func Start(cfg Config) (*Member, error) {
 		}
 	}
 	peerCfg.LocalIP = localIP(peerLn)
+	if cfg.PeerLocalAddrFromAdvertise {
+		if ip := advertisedIP(cfg.InitialAdvertisePeerURLs); ip != nil {
+			peerCfg.LocalIP = ip
+		}
+	}
 	if m.peerMux, err = transport.NewPeerMux(peerLn, peerCfg, logger); err != nil {
 		peerLn.Close()
 		return nil, err
@@ -502,6 +507,24 @@ func storageHealth(n *node.Node, next http.Handler) http.Handler {
 
 // localIP is the address peer connections are dialed from: the one the peer
 // listener is bound to, unless it listens on every address.
+// advertisedIP is the IP of the first URL, if its host is one and a
+// specific one, as etcd's SetMemberLocalAddr takes it.
+func advertisedIP(urls []string) net.IP {
+	if len(urls) == 0 {
+		return nil
+	}
+	hp, err := hostPort(urls[0])
+	if err != nil {
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(hp)
+	ip := net.ParseIP(host)
+	if ip == nil || ip.IsUnspecified() {
+		return nil
+	}
+	return ip
+}
+
 func localIP(ln net.Listener) net.IP {
 	a, ok := ln.Addr().(*net.TCPAddr)
 	if !ok || a.IP.IsUnspecified() {

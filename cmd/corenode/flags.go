@@ -59,6 +59,8 @@ type options struct {
 	discoverySRV, discoverySRVName              string
 	discovery                                   discoveryConfig
 	logRotation, initialCorruptCheck            bool
+	compactHashCheck, setMemberLocalAddr        bool
+	compactHashCheckTime                        time.Duration
 	logRotationJSON                             string
 	configFile                                  string
 	printVersion                                bool
@@ -394,9 +396,6 @@ func (s *settings) check() error {
 			}
 		}
 	}
-	for _, g := range s.gatesOnly() {
-		later = append(later, "--feature-gates="+g+"=true", gatesWithoutFlag[g])
-	}
 	if len(none) > 0 {
 		s.warn("flags that tune parts of etcd corenode does not have: they have no effect", none...)
 	}
@@ -464,7 +463,8 @@ func (s *settings) applyGates() error {
 		if err != nil {
 			return fmt.Errorf("--feature-gates: %s=%q: not a boolean", k, val)
 		}
-		if _, ok := gatesWithoutFlag[k]; ok {
+		if set, ok := gatesWithoutFlag[k]; ok {
+			set(&s.o, b)
 			continue
 		}
 		i := slices.IndexFunc(s.defs, func(d flagDef) bool { return d.gate == k })
@@ -481,20 +481,6 @@ func (s *settings) applyGates() error {
 		}
 	}
 	return nil
-}
-
-// gatesOnly are the gates without a flag that --feature-gates turns on.
-func (s *settings) gatesOnly() []string {
-	var out []string
-	for _, kv := range strings.Split(s.o.featureGates, ",") {
-		k, val, _ := strings.Cut(strings.TrimSpace(kv), "=")
-		if _, ok := gatesWithoutFlag[k]; ok {
-			if b, _ := strconv.ParseBool(strings.TrimSpace(val)); b {
-				out = append(out, k)
-			}
-		}
-	}
-	return out
 }
 
 // logWarnings writes the warnings parsing gathered.

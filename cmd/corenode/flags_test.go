@@ -159,7 +159,10 @@ func TestWarningsAndRefusals(t *testing.T) {
 	if got := strings.Join(none, " "); got != "--max-wals --backend-batch-limit --enable-grpc-gateway=false" {
 		t.Errorf("no-effect warning names %s", got)
 	}
-	if got := strings.Join(later, " "); got != "--wal-dir --feature-gates=SetMemberLocalAddr=true" {
+	if !s.o.setMemberLocalAddr {
+		t.Error("--feature-gates=SetMemberLocalAddr=true did not set its option")
+	}
+	if got := strings.Join(later, " "); got != "--wal-dir" {
 		t.Errorf("not-yet warning names %s", got)
 	}
 	for _, args := range [][]string{

@@ -119,7 +119,7 @@ func flagTable() []flagDef {
 		{name: "raft-write-timeout", def: "5s", etcd: "Write timeout set on each rafthttp connection", use: noEffect, kind: kDuration,
 			does: "peers talk over hashicorp/raft's stream layer, with its own timeouts, not rafthttp"},
 		{name: "feature-gates", def: "", etcd: "A set of key=value pairs that describe server level feature gates for alpha/experimental features.", use: works,
-			does: "each gate sets the flag of the same feature (see the rows naming a gate); SetMemberLocalAddr is not yet", bind: func(o *options) any { return &o.featureGates }},
+			does: "each gate sets the flag of the same feature (see the rows naming a gate); SetMemberLocalAddr=true, as etcd, dials the other members from the IP of the first --initial-advertise-peer-urls", bind: func(o *options) any { return &o.featureGates }},
 
 		// Clustering.
 		{name: "initial-advertise-peer-urls", def: "http://127.0.0.1:2380", etcd: "List of this member's peer URLs to advertise to the rest of the cluster.", use: works,
@@ -255,10 +255,10 @@ func flagTable() []flagDef {
 			does: "as etcd: a member compares its hash with the others' and exits on a mismatch; right after it catches up, so it may have answered a few requests", bind: func(o *options) any { return &o.initialCorruptCheck }},
 		{name: "corrupt-check-time", aliases: []string{"experimental-corrupt-check-time"}, def: "1m", etcd: "Duration of time between cluster corruption check passes.", use: works,
 			does: "the leader compares the members' hashes this often and raises CORRUPT for one differing from the majority (0: never; etcd's default is 0)", bind: func(o *options) any { return &o.corruptCheck }},
-		{name: "experimental-compact-hash-check-enabled", gate: "CompactHashCheck", def: "false", etcd: "Enable leader to periodically check followers compaction hashes.", use: notYet, kind: kBool,
-			does: "the periodic check (--corrupt-check-time) compares the members' hashes; there is no separate check at compactions"},
-		{name: "compact-hash-check-time", aliases: []string{"experimental-compact-hash-check-time"}, def: "1m", etcd: "Duration of time between leader checks followers compaction hashes.", use: notYet, kind: kDuration,
-			does: "see --experimental-compact-hash-check-enabled"},
+		{name: "experimental-compact-hash-check-enabled", gate: "CompactHashCheck", def: "false", etcd: "Enable leader to periodically check followers compaction hashes.", use: works,
+			does: "corenode's periodic check (--corrupt-check-time) compares every member's hash at a common revision, which covers etcd's check at compactions; with --corrupt-check-time 0, this runs it every --compact-hash-check-time", bind: func(o *options) any { return &o.compactHashCheck }},
+		{name: "compact-hash-check-time", aliases: []string{"experimental-compact-hash-check-time"}, def: "1m", etcd: "Duration of time between leader checks followers compaction hashes.", use: works,
+			does: "see --experimental-compact-hash-check-enabled", bind: func(o *options) any { return &o.compactHashCheckTime }},
 		{name: "experimental-enable-lease-checkpoint", gate: "LeaseCheckpoint", def: "true", etcd: "Enable leader to send regular checkpoints to other members to prevent reset of remaining TTL on leader change.", use: fixed, only: "true", kind: kBool,
 			does: "corenode always checkpoints leases (--lease-checkpoint-after)"},
 		{name: "experimental-enable-lease-checkpoint-persist", gate: "LeaseCheckpointPersist", def: "true", etcd: "Enable persisting remainingTTL to prevent indefinite auto-renewal of long lived leases.", use: fixed, only: "true", kind: kBool,
@@ -323,7 +323,8 @@ func flagTable() []flagDef {
 	}
 }
 
-// gatesWithoutFlag are etcd 3.6's feature gates no flag sets.
-var gatesWithoutFlag = map[string]string{
-	"SetMemberLocalAddr": "a member dials the others from the address the kernel picks",
+// gatesWithoutFlag are etcd 3.6's feature gates no flag sets: each sets
+// an option.
+var gatesWithoutFlag = map[string]func(o *options, on bool){
+	"SetMemberLocalAddr": func(o *options, on bool) { o.setMemberLocalAddr = on },
 }

@@ -183,6 +183,16 @@ func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 	if !auth.ValidBcryptCost(o.bcryptCost) {
 		return member.Config{}, fmt.Errorf("--bcrypt-cost (%d) must be between 4 and 31", o.bcryptCost)
 	}
+	if o.compactHashCheck && o.corruptCheck == 0 {
+		if o.compactHashCheckTime <= 0 {
+			return member.Config{}, fmt.Errorf("--compact-hash-check-time (%s) must be positive", o.compactHashCheckTime)
+		}
+		o.corruptCheck = o.compactHashCheckTime
+	}
+	if len(o.listenPeer) > 1 {
+		logger.Warn("corenode listens for peers on one URL: the first --listen-peer-urls; the others are not listened on",
+			"listening", o.listenPeer[0], "not-listening", o.listenPeer[1:])
+	}
 	if o.corruptCheck < 0 {
 		return member.Config{}, fmt.Errorf("--corrupt-check-time (%s) must not be negative", o.corruptCheck)
 	}
@@ -266,6 +276,7 @@ func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 		CorruptCheckTime:            o.corruptCheck,
 		AutoCompaction:              compaction,
 		InitialCorruptCheck:         o.initialCorruptCheck,
+		PeerLocalAddrFromAdvertise:  o.setMemberLocalAddr,
 		ReadLeaseDuration:           cmp.Or(o.readLease, -1), // the flag's 0 is none; the config's is the default
 		ReadLeaseMaxKeys:            o.readLeaseMaxKeys,
 		ReadLeaseMaxHoldersPerKey:   o.readLeaseMaxHolders,
