@@ -277,6 +277,13 @@ func TestLogFormats(t *testing.T) {
 	if len(f) != 5 || !tsRE.MatchString(f[0]) || f[1] != "warn" || f[3] != "careful" || f[4] != `{"k":"v"}` {
 		t.Errorf("console line %q", b.String())
 	}
+	b.Reset()
+	g := grpcLogger{slog.New(newZapHandler(&b, false, slog.LevelInfo))}
+	g.Warningf("noisy %d", 1)
+	g.Errorln("transport", "failed")
+	if g.V(0) || strings.Contains(b.String(), "noisy") || !strings.Contains(b.String(), `"msg":"transport failed","logger":"grpc"`) {
+		t.Errorf("gRPC's lines at info: V(0)=%v\n%s", g.V(0), b.String())
+	}
 	if _, _, err := newLogger("capnslog", "json", "info", nil, nil); err == nil {
 		t.Error("--logger capnslog accepted")
 	}
@@ -337,7 +344,7 @@ func TestKubeadmCommandLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, _, closeLog, err := start(s, prometheus.NewRegistry())
+	m, _, closeLog, err := start(s, prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

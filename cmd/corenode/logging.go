@@ -232,3 +232,39 @@ func callerOf(pc uintptr) string {
 	}
 	return filepath.Base(filepath.Dir(f.File)) + "/" + filepath.Base(f.File) + ":" + strconv.Itoa(f.Line)
 }
+
+// grpcLogger is gRPC's logger over the member's, so gRPC's lines are in
+// the member's one format too. As etcd sets gRPC's logger, only errors
+// show at the usual levels; gRPC's info and warnings at debug.
+type grpcLogger struct{ l *slog.Logger }
+
+func (g grpcLogger) log(level slog.Level, msg string) {
+	g.l.Log(context.Background(), level, strings.TrimSpace(msg), "logger", "grpc")
+}
+
+func (g grpcLogger) Info(args ...any)   { g.log(slog.LevelDebug, fmt.Sprint(args...)) }
+func (g grpcLogger) Infoln(args ...any) { g.log(slog.LevelDebug, fmt.Sprintln(args...)) }
+func (g grpcLogger) Infof(format string, args ...any) {
+	g.log(slog.LevelDebug, fmt.Sprintf(format, args...))
+}
+func (g grpcLogger) Warning(args ...any)   { g.log(slog.LevelDebug, fmt.Sprint(args...)) }
+func (g grpcLogger) Warningln(args ...any) { g.log(slog.LevelDebug, fmt.Sprintln(args...)) }
+func (g grpcLogger) Warningf(format string, args ...any) {
+	g.log(slog.LevelDebug, fmt.Sprintf(format, args...))
+}
+func (g grpcLogger) Error(args ...any)   { g.log(slog.LevelError, fmt.Sprint(args...)) }
+func (g grpcLogger) Errorln(args ...any) { g.log(slog.LevelError, fmt.Sprintln(args...)) }
+func (g grpcLogger) Errorf(format string, args ...any) {
+	g.log(slog.LevelError, fmt.Sprintf(format, args...))
+}
+func (g grpcLogger) Fatal(args ...any)   { g.log(levelFatal, fmt.Sprint(args...)); os.Exit(1) }
+func (g grpcLogger) Fatalln(args ...any) { g.log(levelFatal, fmt.Sprintln(args...)); os.Exit(1) }
+func (g grpcLogger) Fatalf(format string, args ...any) {
+	g.log(levelFatal, fmt.Sprintf(format, args...))
+	os.Exit(1)
+}
+
+// V reports whether gRPC's verbose lines (level l) are wanted: at debug.
+func (g grpcLogger) V(l int) bool {
+	return l <= 0 && g.l.Enabled(context.Background(), slog.LevelDebug)
+}

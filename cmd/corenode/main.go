@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/grpclog"
 
 	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/logstore"
@@ -77,7 +78,10 @@ func run(args []string) error {
 		printVersion(os.Stdout)
 		return nil
 	}
-	m, logger, closeLog, err := start(s, prometheus.DefaultRegisterer)
+	m, logger, closeLog, err := start(s, prometheus.DefaultRegisterer, func(l *slog.Logger) {
+		// Before any gRPC call: grpclog's setter is not synchronized.
+		grpclog.SetLoggerV2(grpcLogger{l})
+	})
 	if err != nil {
 		return err
 	}
@@ -103,7 +107,7 @@ func run(args []string) error {
 
 // start makes the logger the flags ask for, logs the warnings parsing
 // gathered, and starts the member; closeLog closes the log files.
-func start(s *settings, metrics prometheus.Registerer) (m *member.Member, logger *slog.Logger, closeLog func(), err error) {
+func start(s *settings, metrics prometheus.Registerer, withLogger func(*slog.Logger)) (m *member.Member, logger *slog.Logger, closeLog func(), err error) {
 	var rotate *rotation
 	if s.o.logRotation {
 		r, err := parseRotation(s.o.logRotationJSON)
@@ -117,6 +121,9 @@ func start(s *settings, metrics prometheus.Registerer) (m *member.Member, logger
 		return nil, nil, nil, err
 	}
 	slog.SetDefault(logger)
+	if withLogger != nil {
+		withLogger(logger)
+	}
 	s.logWarnings(logger)
 	cfg, err := memberConfig(&s.o, logger)
 	if err == nil {
