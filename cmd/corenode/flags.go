@@ -321,9 +321,12 @@ func (s *settings) fromEnv(env map[string]string) error {
 		for _, prefix := range []string{"CORENODE", "ETCD"} {
 			for _, n := range append([]string{d.name}, d.aliases...) {
 				k := envName(prefix, n)
-				if _, ok := env[k]; ok {
-					found = append(found, k)
+				if v, ok := env[k]; ok {
 					used[k] = true
+					// As etcd: an empty variable sets nothing.
+					if v != "" {
+						found = append(found, k)
+					}
 				}
 			}
 		}

@@ -96,12 +96,13 @@ func TestEnvironment(t *testing.T) {
 		"ETCD_SNAPSHOT_COUNT=5", // shadowed by the command line
 		"ETCD_NO_SUCH_FLAG=1",
 		"ETCDCTL_ENDPOINTS=x", // etcdctl's, not etcd's
+		"ETCD_INITIAL_CLUSTER_STATE=", // empty: sets nothing, as in etcd
 	}
 	s, err := parseFlags([]string{"--snapshot-count=7"}, env)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.o.name != "a" || s.o.dataDir != "/d" || s.o.watchProgressNotify != 5*time.Second || s.o.snapshotCount != 7 {
+	if s.o.name != "a" || s.o.dataDir != "/d" || s.o.initialState != "new" || s.o.watchProgressNotify != 5*time.Second || s.o.snapshotCount != 7 {
 		t.Errorf("name %q data-dir %q progress %v snapshot-count %d", s.o.name, s.o.dataDir, s.o.watchProgressNotify, s.o.snapshotCount)
 	}
 	logged := warningsText(s)
