@@ -95,7 +95,7 @@ func TestEnvironment(t *testing.T) {
 		"ETCD_EXPERIMENTAL_WATCH_PROGRESS_NOTIFY_INTERVAL=5s",
 		"ETCD_SNAPSHOT_COUNT=5", // shadowed by the command line
 		"ETCD_NO_SUCH_FLAG=1",
-		"ETCDCTL_ENDPOINTS=x", // etcdctl's, not etcd's
+		"ETCDCTL_ENDPOINTS=x",         // etcdctl's, not etcd's
 		"ETCD_INITIAL_CLUSTER_STATE=", // empty: sets nothing, as in etcd
 	}
 	s, err := parseFlags([]string{"--snapshot-count=7"}, env)
