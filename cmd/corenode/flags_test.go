@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -531,6 +532,77 @@ func TestAutoCompactionFlags(t *testing.T) {
 	for _, c := range [][2]string{{"periodic", "soon"}, {"revision", "1h"}, {"daily", "1"}, {"periodic", "-1"}} {
 		if _, err := autoCompaction(c[0], c[1]); err == nil {
 			t.Errorf("%v accepted", c)
+		}
+	}
+}
+
+// TestEveryWorkingFlagReachesTheMember sets each flag that works, alone,
+// to a value other than its default, and checks that the member's config
+// changes: a flag bound to an option nobody passes on fails here.
+func TestEveryWorkingFlagReachesTheMember(t *testing.T) {
+	// Flags that shape the process, not the member's config, or that need
+	// the network to take effect (tested on their own).
+	elsewhere := map[string]bool{
+		"config-file": true, "version": true, "logger": true, "log-outputs": true, "log-level": true, "log-format": true,
+		"enable-log-rotation": true, "log-rotation-config-json": true, "metrics": true, "feature-gates": true,
+		"auth-token": true, "discovery-srv": true, "discovery-srv-name": true, "discovery-token": true, "discovery-endpoints": true,
+		"discovery-dial-timeout": true, "discovery-request-timeout": true, "discovery-keepalive-time": true,
+		"discovery-keepalive-timeout": true, "discovery-insecure-transport": true, "discovery-insecure-skip-tls-verify": true,
+		"discovery-cert": true, "discovery-key": true, "discovery-cacert": true, "discovery-user": true,
+		"discovery-password": true, "discovery-fallback": true,
+	}
+	samples := map[string][]string{
+		"max-concurrent-streams":    {"100"},
+		"cipher-suites":             {"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"},
+		"tls-min-version":           {"TLS1.3"},
+		"tls-max-version":           {"TLS1.2"},
+		"initial-cluster-state":     {"existing"},
+		"log-store":                 {"boltdb"},
+		"auto-compaction-mode":      {"revision", "--auto-compaction-retention=5"},
+		"auto-compaction-retention": {"2h"},
+	}
+	// Flags that act only beside another: base is given with and without.
+	base := map[string][]string{
+		"experimental-compact-hash-check-enabled": {"--corrupt-check-time=0"},
+		"compact-hash-check-time":                 {"--corrupt-check-time=0", "--experimental-compact-hash-check-enabled"},
+	}
+	config := func(args []string) member.Config {
+		t.Helper()
+		s, err := parseFlags(args, nil)
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		cfg, err := memberConfig(&s.o, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		cfg.Logger = nil
+		return cfg
+	}
+	for _, d := range flagTable() {
+		if (d.use != works && d.use != own) || elsewhere[d.name] {
+			continue
+		}
+		var arg []string
+		if s, ok := samples[d.name]; ok {
+			arg = append([]string{"--" + d.name + "=" + s[0]}, s[1:]...)
+		} else {
+			v := newSettings().values[d.name]
+			switch p := v.p.(type) {
+			case *bool:
+				arg = []string{fmt.Sprintf("--%s=%v", d.name, !*p)}
+			case *int:
+				arg = []string{fmt.Sprintf("--%s=%d", d.name, *p+1)}
+			case *time.Duration:
+				arg = []string{fmt.Sprintf("--%s=%s", d.name, *p+time.Second)}
+			case *string:
+				arg = []string{"--" + d.name + "=/x"}
+			case *[]string:
+				arg = []string{"--" + d.name + "=http://127.0.0.1:9"}
+			}
+		}
+		if reflect.DeepEqual(config(base[d.name]), config(append(base[d.name], arg...))) {
+			t.Errorf("%v leaves the member's config as it was", arg)
 		}
 	}
 }
