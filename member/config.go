@@ -242,7 +242,9 @@ func hostPort(rawURL string) (string, error) {
 	return u.Host, nil
 }
 
-func isHTTPS(rawURL string) bool { return strings.HasPrefix(rawURL, "https://") }
+func isHTTPS(rawURL string) bool {
+	return strings.HasPrefix(rawURL, "https://") || strings.HasPrefix(rawURL, "unixs://")
+}
 
 // initialServers is the raft configuration --initial-cluster describes,
 // after checking that it names this member with its advertised peer URLs.

@@ -5,9 +5,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -28,6 +31,29 @@ func (o SocketOpts) listen(hostPort string) (net.Listener, error) {
 	return lc.Listen(context.Background(), "tcp", hostPort)
 }
 
+// listenURL opens a client-side listener for a URL: TCP for http:// and
+// https://, a Unix socket for etcd's unix:// and unixs://, whose socket
+// file is the URL's host and path (unix://localhost:2379 is the file
+// "localhost:2379"), replaced if it exists, as etcd does.
+func (o SocketOpts) listenURL(rawURL string) (net.Listener, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("bad URL %q: %w", rawURL, err)
+	}
+	if u.Scheme == "unix" || u.Scheme == "unixs" {
+		path := u.Host + u.Path
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("unix socket %s: %w", path, err)
+		}
+		return net.Listen("unix", path)
+	}
+	hp, err := hostPort(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return o.listen(hp)
+}
+
 // listenHTTP opens the HTTP-only listeners of urls (etcd's
 // --listen-client-http-urls, --listen-metrics-urls): https:// ones with
 // the client TLS settings, speaking HTTP/1.1 only.
@@ -41,10 +67,7 @@ func listenHTTP(cfg Config, urls []string, flagName string) ([]net.Listener, err
 	}
 	var tlsCfg *tls.Config
 	for _, u := range urls {
-		hp, err := hostPort(u)
-		if err != nil {
-			return fail(fmt.Errorf("%s: %w", flagName, err))
-		}
+		var err error
 		if isHTTPS(u) && tlsCfg == nil {
 			if cfg.ClientTLS.CertFile == "" {
 				return fail(errors.New(flagName + " " + u + " is https:// but --cert-file is not set"))
@@ -55,7 +78,7 @@ func listenHTTP(cfg Config, urls []string, flagName string) ([]net.Listener, err
 			tlsCfg = tlsCfg.Clone()
 			tlsCfg.NextProtos = []string{"http/1.1"}
 		}
-		ln, err := cfg.SocketOpts.listen(hp)
+		ln, err := cfg.SocketOpts.listenURL(u)
 		if err != nil {
 			return fail(fmt.Errorf("%s: %w", flagName, err))
 		}

@@ -160,13 +160,9 @@ func Start(cfg Config) (*Member, error) {
 	clientLns := cfg.ClientListeners
 	if clientLns == nil {
 		for _, u := range cfg.ListenClientURLs {
-			hp, err := hostPort(u)
+			ln, err := cfg.SocketOpts.listenURL(u)
 			if err != nil {
 				return nil, fmt.Errorf("--listen-client-urls: %w", err)
-			}
-			ln, err := cfg.SocketOpts.listen(hp)
-			if err != nil {
-				return nil, fmt.Errorf("listen for clients: %w", err)
 			}
 			clientLns = append(clientLns, ln)
 		}

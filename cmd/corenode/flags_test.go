@@ -606,3 +606,43 @@ func TestEveryWorkingFlagReachesTheMember(t *testing.T) {
 		}
 	}
 }
+
+// TestUnixSocketClientURL serves clients on a Unix socket, as etcd's
+// unix:// client URLs do, beside a TCP one.
+func TestUnixSocketClientURL(t *testing.T) {
+	dir := t.TempDir()
+	ports, err := freeport.Ports("127.0.0.1", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := "unix://" + filepath.Join(dir, "etcd.sock")
+	tcp := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+	s, err := parseFlags([]string{"--name=u", "--data-dir=" + filepath.Join(dir, "data"), "--listen-client-urls=" + sock + "," + tcp,
+		"--advertise-client-urls=" + tcp, "--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
+		"--log-outputs=" + filepath.Join(dir, "log")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _, closeLog, err := start(s, prometheus.NewRegistry(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeLog()
+	defer m.Close()
+	select {
+	case <-m.Ready():
+	case <-time.After(20 * time.Second):
+		t.Fatal("not ready after 20 s")
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{sock}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, "k", "over a unix socket"); err != nil {
+		t.Fatalf("put over %s: %v", sock, err)
+	}
+}

@@ -79,7 +79,7 @@ func flagTable() []flagDef {
 		{name: "listen-peer-urls", def: "http://127.0.0.1:2380", etcd: "List of URLs to listen on for peer traffic.", use: works,
 			does: "raft and forwarding; one URL", bind: func(o *options) any { return &o.listenPeer }},
 		{name: "listen-client-urls", def: "http://127.0.0.1:2379", etcd: "List of URLs to listen on for client grpc traffic and http as long as --listen-client-http-urls is not specified.", use: works,
-			does: "gRPC and HTTP on each; http:// and https:// (unix:// is not yet)", bind: func(o *options) any { return &o.listenClient }},
+			does: "gRPC and HTTP on each; http://, https://, and, as etcd, unix:// and unixs:// (the socket file is the URL's host and path)", bind: func(o *options) any { return &o.listenClient }},
 		{name: "listen-client-http-urls", etcd: "List of URLs to listen on for http only client traffic.", use: works,
 			does: "as etcd: HTTP (gateway, /health, /metrics...) there; the client URLs then serve gRPC only", bind: func(o *options) any { return &o.listenClientHTTP }},
 		{name: "max-snapshots", def: "5", etcd: "Maximum number of snapshot files to retain (0 is unlimited).", use: noEffect, kind: kInt,
