@@ -79,6 +79,10 @@ func Start(cfg Config) (*Member, error) {
 		cfg.InitialClusterToken = "corenode-cluster"
 	}
 	logger := cfg.Logger.With("member", cfg.Name)
+	logDirPath, err := logDir(cfg.DataDir, cfg.WALDir)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := ParseInitialCluster(cfg.InitialCluster); err != nil {
 		return nil, err
 	}
@@ -191,6 +195,7 @@ func Start(cfg Config) (*Member, error) {
 		LeaseObserver:       tracker,
 		Name:                cfg.Name,
 		DataDir:             cfg.DataDir,
+		LogDir:              logDirPath,
 		ID:                  node.MemberID(cfg.InitialAdvertisePeerURLs, cfg.InitialClusterToken),
 		ResolveID:           func() (uint64, error) { return joinedID(m.peerMux, cfg, cmp.Or(cfg.ElectionTimeout, time.Second)) },
 		ClusterToken:        cfg.InitialClusterToken,

@@ -63,6 +63,8 @@ type Config struct {
 	SnapshotCount uint64
 	// SnapshotInterval is how often raft checks SnapshotCount.
 	SnapshotInterval time.Duration
+	// LogDir holds the raft log store; empty means DataDir.
+	LogDir string
 	// LogStore names the raft log store: logstore.WAL or logstore.BoltDB.
 	// An existing data dir keeps the store it holds and refuses another by
 	// name (logstore.MismatchError); empty means that store, or

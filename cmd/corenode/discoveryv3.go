@@ -36,7 +36,7 @@ type discoveryConfig struct {
 // hasRaftLog reports whether dataDir holds a member already: discovery,
 // as etcd's, is for a member's first start only.
 func hasRaftLog(dataDir string) bool {
-	for _, f := range []string{"wal", "raft.db"} {
+	for _, f := range []string{"wal", "raft.db", "wal-dir"} {
 		if _, err := os.Stat(filepath.Join(dataDir, f)); err == nil {
 			return true
 		}

@@ -18,7 +18,7 @@ import (
 
 // options are a member's settings as the flags give them.
 type options struct {
-	name, dataDir                               string
+	name, dataDir, walDir                       string
 	listenClient, advertiseClient               []string
 	listenPeer, advertisePeer                   []string
 	initialCluster, initialState, initialToken  string

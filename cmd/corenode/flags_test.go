@@ -139,7 +139,7 @@ func warningsText(s *settings) string {
 
 func TestWarningsAndRefusals(t *testing.T) {
 	s, err := parseFlags([]string{"--backend-batch-limit=10", "--max-wals=3", "--pre-vote=false", "--pre-vote=true",
-		"--enable-grpc-gateway=false", "--auto-compaction-retention=1h", "--wal-dir=/w",
+		"--enable-grpc-gateway=false", "--auto-compaction-retention=1h", "--experimental-enable-distributed-tracing",
 		"--feature-gates=InitialCorruptCheck=true,SetMemberLocalAddr=true"}, nil)
 	if !s.o.initialCorruptCheck {
 		t.Error("--feature-gates=InitialCorruptCheck=true did not set --experimental-initial-corrupt-check")
@@ -164,7 +164,7 @@ func TestWarningsAndRefusals(t *testing.T) {
 	if !s.o.setMemberLocalAddr {
 		t.Error("--feature-gates=SetMemberLocalAddr=true did not set its option")
 	}
-	if got := strings.Join(later, " "); got != "--wal-dir" {
+	if got := strings.Join(later, " "); got != "--enable-distributed-tracing" {
 		t.Errorf("not-yet warning names %s", got)
 	}
 	for _, args := range [][]string{

@@ -245,6 +245,7 @@ func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 	return member.Config{
 		Name:                        o.name,
 		DataDir:                     o.dataDir,
+		WALDir:                      o.walDir,
 		ListenClientURLs:            o.listenClient,
 		AdvertiseClientURLs:         o.advertiseClient,
 		ListenPeerURLs:              o.listenPeer,
