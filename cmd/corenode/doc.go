@@ -12,15 +12,18 @@
 // Its job is the process, not the member: etcd's command line,
 // environment (ETCD_<FLAG>, CORENODE_<FLAG>) and config file read through
 // one table of every flag (flagtable.go, flags.go, configfile.go), checked
-// and turned into a member.Config; the member's one logger, etcd's zap
-// lines written through log/slog (logging.go); the signals and the exit status, the garbage collector's
-// headroom (gc.go), and the subcommands that run beside a cluster rather
-// than in it. Everything a member does is package member's, so the
+// and turned into a member.Config (memberconfig.go), with the initial
+// cluster found by DNS or etcd's v3 discovery when asked (discovery.go,
+// discoveryv3.go); the member's one logger, etcd's zap lines written
+// through log/slog, and rotated if asked (logging.go, logrotate.go); the
+// version (version.go); the signals and the exit status, the garbage
+// collector's headroom (gc.go), and the subcommands that run beside a
+// cluster rather than in it. Everything a member does is package member's, so the
 // in-process cluster tests start exactly what this command starts.
 //
-// The flows. A member starts in run (main.go): flags, member.Start, then a
-// wait for SIGINT, SIGTERM or the member's removal from the cluster, and
-// Close. `lock` and `elect` (hold.go) hold a client/election leadership and
+// The flows. A member starts in run (main.go): flags, the logger,
+// member.Start, then a wait for SIGINT, SIGTERM, the member's removal from
+// the cluster or its failed start-up check, and Close. `lock` and `elect` (hold.go) hold a client/election leadership and
 // run CMD under a watchdog, a second corenode process (watchdog.go) that
 // stops CMD at the holder-side deadline even while the supervising process
 // is paused. `register` (register.go) keeps an endpoint registered through
@@ -33,7 +36,8 @@
 // a member; node, transport, logstore, server and auth only for flag
 // defaults and parsing (log store names, the learner limit, the
 // progress-notify default, the etcd API version, token kinds and bcrypt
-// costs); and client/election and client/discovery for
+// costs); clientv3 for etcd's v3 discovery; and client/election and
+// client/discovery for
 // the holder subcommands, which reach a cluster over the wire API like any
 // other client.
 package main
