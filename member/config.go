@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/node"
@@ -156,6 +157,9 @@ type Config struct {
 	// WarningApplyDuration logs KV calls slower than it (etcd's
 	// --warning-apply-duration); zero logs none.
 	WarningApplyDuration time.Duration
+	// GRPCServerOptions are added to the client gRPC server's (the
+	// command's distributed tracing).
+	GRPCServerOptions []grpc.ServerOption
 	// ListenMetricsURLs serve /metrics, /health, /livez and /readyz only
 	// (etcd's --listen-metrics-urls); https:// ones with ClientTLS.
 	ListenMetricsURLs []string

@@ -286,6 +286,7 @@ func Start(cfg Config) (*Member, error) {
 		opts = append(opts, grpc.KeepaliveParams(*ka))
 	}
 	opts = append(opts, transport.ServerOptions()...)
+	opts = append(opts, cfg.GRPCServerOptions...)
 	if cfg.WarningUnaryRequestDuration > 0 || cfg.WarningApplyDuration > 0 {
 		opts = append(opts, slowRequests(cfg.WarningUnaryRequestDuration, cfg.WarningApplyDuration, logger))
 	}

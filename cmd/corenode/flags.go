@@ -58,6 +58,7 @@ type options struct {
 	warnUnary, warnApply                        time.Duration
 	discoverySRV, discoverySRVName              string
 	discovery                                   discoveryConfig
+	tracing                                     tracingConfig
 	logRotation, initialCorruptCheck            bool
 	compactHashCheck, setMemberLocalAddr        bool
 	compactHashCheckTime                        time.Duration

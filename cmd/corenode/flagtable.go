@@ -243,12 +243,16 @@ func flagTable() []flagDef {
 			does: "as etcd: a slower unary call is logged (\"request stats\"); 0 logs none", bind: func(o *options) any { return &o.warnUnary }},
 
 		// Distributed tracing.
-		{name: "enable-distributed-tracing", aliases: []string{"experimental-enable-distributed-tracing"}, def: "false", etcd: "Enable distributed tracing.", use: notYet, kind: kBool,
-			does: "no OpenTelemetry traces are sent"},
-		{name: "distributed-tracing-address", aliases: []string{"experimental-distributed-tracing-address"}, def: "localhost:4317", etcd: "Distributed tracing collector address.", use: notYet, kind: kString, does: "see --enable-distributed-tracing"},
-		{name: "distributed-tracing-service-name", aliases: []string{"experimental-distributed-tracing-service-name"}, def: "etcd", etcd: "Distributed tracing service name, must be same across all etcd instances.", use: notYet, kind: kString, does: "see --enable-distributed-tracing"},
-		{name: "distributed-tracing-instance-id", aliases: []string{"experimental-distributed-tracing-instance-id"}, etcd: "Distributed tracing instance ID, must be unique per each etcd instance.", use: notYet, kind: kString, does: "see --enable-distributed-tracing"},
-		{name: "distributed-tracing-sampling-rate", aliases: []string{"experimental-distributed-tracing-sampling-rate"}, def: "0", etcd: "Number of samples to collect per million spans for distributed tracing.", use: notYet, kind: kInt, does: "see --enable-distributed-tracing"},
+		{name: "enable-distributed-tracing", aliases: []string{"experimental-enable-distributed-tracing"}, def: "false", etcd: "Enable distributed tracing.", use: works,
+			does: "as etcd: an OpenTelemetry span for every client gRPC call, exported over OTLP/gRPC", bind: func(o *options) any { return &o.tracing.enabled }},
+		{name: "distributed-tracing-address", aliases: []string{"experimental-distributed-tracing-address"}, def: "localhost:4317", etcd: "Distributed tracing collector address.", use: works,
+			does: "as etcd (plain-text OTLP/gRPC)", bind: func(o *options) any { return &o.tracing.address }},
+		{name: "distributed-tracing-service-name", aliases: []string{"experimental-distributed-tracing-service-name"}, def: "etcd", etcd: "Distributed tracing service name, must be same across all etcd instances.", use: works,
+			does: "as etcd", bind: func(o *options) any { return &o.tracing.service }},
+		{name: "distributed-tracing-instance-id", aliases: []string{"experimental-distributed-tracing-instance-id"}, etcd: "Distributed tracing instance ID, must be unique per each etcd instance.", use: works,
+			does: "as etcd", bind: func(o *options) any { return &o.tracing.instance }},
+		{name: "distributed-tracing-sampling-rate", aliases: []string{"experimental-distributed-tracing-sampling-rate"}, def: "0", etcd: "Number of samples to collect per million spans for distributed tracing.", use: works,
+			does: "as etcd: per million, of the calls whose caller's trace is not sampled already", bind: func(o *options) any { return &o.tracing.samplingRatePerMillion }},
 
 		// Experimental features of etcd, most now feature gates.
 		{name: "experimental-initial-corrupt-check", gate: "InitialCorruptCheck", def: "false", etcd: "Enable to check data corruption before serving any client/peer traffic.", use: works,

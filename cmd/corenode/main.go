@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/grpclog"
 
 	"github.com/corenode/corenode/logstore"
@@ -101,8 +102,9 @@ func run(args []string) error {
 }
 
 // start makes the logger the flags ask for, logs the warnings parsing
-// gathered, and starts the member; closeLog closes the log files.
-func start(s *settings, metrics prometheus.Registerer, withLogger func(*slog.Logger)) (m *member.Member, logger *slog.Logger, closeLog func(), err error) {
+// gathered, and starts the member; closeAll flushes the traces and
+// closes the log files.
+func start(s *settings, metrics prometheus.Registerer, withLogger func(*slog.Logger)) (m *member.Member, logger *slog.Logger, closeAll func(), err error) {
 	var rotate *rotation
 	if s.o.logRotation {
 		r, err := parseRotation(s.o.logRotationJSON)
@@ -111,7 +113,7 @@ func start(s *settings, metrics prometheus.Registerer, withLogger func(*slog.Log
 		}
 		rotate = &r
 	}
-	logger, closeLog, err = newLogger(s.o.logger, s.o.logFormat, s.o.logLevel, s.o.logOutputs, rotate)
+	logger, closeLog, err := newLogger(s.o.logger, s.o.logFormat, s.o.logLevel, s.o.logOutputs, rotate)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -121,16 +123,31 @@ func start(s *settings, metrics prometheus.Registerer, withLogger func(*slog.Log
 	}
 	s.logWarnings(logger)
 	cfg, err := memberConfig(&s.o, logger)
+	stopTracing := func(context.Context) error { return nil }
+	if err == nil && s.o.tracing.enabled {
+		var opt grpc.ServerOption
+		if opt, stopTracing, err = newTracing(context.Background(), s.o.tracing); err == nil {
+			cfg.GRPCServerOptions = append(cfg.GRPCServerOptions, opt)
+		}
+	}
 	if err == nil {
 		cfg.Metrics = metrics
 		m, err = member.Start(cfg)
 	}
+	closeAll = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(ctx); err != nil {
+			logger.Warn("distributed tracing: flushing spans", "err", err)
+		}
+		closeLog()
+	}
 	if err != nil {
 		// run prints err: one line, where an operator looks first.
-		closeLog()
+		closeAll()
 		return nil, nil, nil, err
 	}
-	return m, logger, closeLog, nil
+	return m, logger, closeAll, nil
 }
 
 // health asks a member's /health endpoint; it is the container health check,
