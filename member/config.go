@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/corenode/corenode/auth"
 	"github.com/corenode/corenode/node"
@@ -51,6 +52,15 @@ type Config struct {
 	SnapshotCount        uint64
 	MaxRequestBytes      int
 	MaxTxnOps            int
+	// MaxConcurrentStreams bounds the gRPC streams of one client
+	// connection (etcd's --max-concurrent-streams); zero means 1<<20.
+	MaxConcurrentStreams uint32
+	// GRPCKeepalive is etcd's --grpc-keepalive-min-time, -interval and
+	// -timeout; zero values mean etcd's 5 s, 2 h and 20 s.
+	GRPCKeepalive GRPCKeepalive
+	// WALDir, when set, holds the raft log instead of DataDir (etcd's
+	// --wal-dir); the data dir records it, and refuses to start without it.
+	WALDir string
 	// LogStore is the raft log store (logstore.WAL or
 	// logstore.BoltDB); see node.Config.LogStore.
 	LogStore string
@@ -69,7 +79,8 @@ type Config struct {
 	ClientListeners []net.Listener
 
 	Logger *slog.Logger
-	// RaftLog receives hashicorp/raft's own log lines; nil means stderr.
+	// RaftLog receives hashicorp/raft's own log lines in hclog's format;
+	// nil sends them through Logger.
 	RaftLog io.Writer
 	// Metrics registers the member's Prometheus series; nil registers none
 	// (several members in one test process would collide). /metrics serves
@@ -106,6 +117,16 @@ type Config struct {
 	// of the key space and raises CORRUPT for one that differs from the
 	// majority (package integrity); zero turns the check off.
 	CorruptCheckTime time.Duration
+	// InitialCorruptCheck compares this member's hash with the others'
+	// once it has caught up, and fails the member (Failed) on a mismatch
+	// (etcd's --experimental-initial-corrupt-check). It runs right after
+	// the member catches up, not before it serves anything as etcd's does.
+	InitialCorruptCheck bool
+
+	// AutoCompaction has the leader compact the history by itself (etcd's
+	// --auto-compaction-mode, --auto-compaction-retention); zero: never.
+	AutoCompaction AutoCompaction
+
 	// LogVerifyInterval is how often the leader appends a raft log
 	// verification checkpoint (node.Config.LogVerifyInterval); zero means
 	// node.DefaultLogVerifyInterval.
@@ -119,8 +140,46 @@ type Config struct {
 	ReadLeaseMaxKeys          int
 	ReadLeaseMaxHoldersPerKey int
 
+	// ListenClientHTTPURLs serve the client HTTP (JSON gateway, /health,
+	// /metrics...) alone; with them, the client URLs serve gRPC only, and
+	// answer HTTP with a pointer there (etcd's --listen-client-http-urls).
+	ListenClientHTTPURLs []string
+	// PeerLocalAddrFromAdvertise dials the other members from the IP of
+	// the first advertised peer URL, when it is one (etcd's
+	// SetMemberLocalAddr feature gate); otherwise a member dials from the
+	// address its peer listener is bound to, if specific.
+	PeerLocalAddrFromAdvertise bool
+	// SocketOpts apply to every listener the member opens.
+	SocketOpts SocketOpts
+	// CORS are the origins the HTTP answers allow (etcd's --cors), and
+	// HostWhitelist the Host names plain-HTTP requests may name (etcd's
+	// --host-whitelist); nil or "*" allows all, as etcd's defaults.
+	CORS, HostWhitelist []string
+	// WarningUnaryRequestDuration logs unary calls slower than it (etcd's
+	// --warning-unary-request-duration); zero logs none.
+	WarningUnaryRequestDuration time.Duration
+	// WarningApplyDuration logs KV calls slower than it (etcd's
+	// --warning-apply-duration); zero logs none.
+	WarningApplyDuration time.Duration
+	// GRPCServerOptions are added to the client gRPC server's (the
+	// command's distributed tracing).
+	GRPCServerOptions []grpc.ServerOption
+	// ListenMetricsURLs serve /metrics, /health, /livez and /readyz only
+	// (etcd's --listen-metrics-urls); https:// ones with ClientTLS.
+	ListenMetricsURLs []string
+
 	// DNS answers service lookups over DNS when DNS.Addr is set (dns.go).
 	DNS DNSConfig
+}
+
+// GRPCKeepalive is how the client gRPC server keeps connections alive.
+type GRPCKeepalive struct {
+	// MinTime is how often a client may ping at most, as etcd.
+	MinTime time.Duration
+	// Interval is how long a connection is idle before the server pings it;
+	// Timeout how long it then waits for the answer before closing it.
+	// Less than zero turns the pings off.
+	Interval, Timeout time.Duration
 }
 
 // Read-lease defaults. A longer lease serves more reads from memory and
@@ -194,7 +253,9 @@ func hostPort(rawURL string) (string, error) {
 	return u.Host, nil
 }
 
-func isHTTPS(rawURL string) bool { return strings.HasPrefix(rawURL, "https://") }
+func isHTTPS(rawURL string) bool {
+	return strings.HasPrefix(rawURL, "https://") || strings.HasPrefix(rawURL, "unixs://")
+}
 
 // initialServers is the raft configuration --initial-cluster describes,
 // after checking that it names this member with its advertised peer URLs.

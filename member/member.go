@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -43,6 +44,13 @@ type Member struct {
 	grpc       *grpc.Server
 	peer       *grpc.Server
 	http       *http.Server
+	// metricsLns and metricsHTTP serve --listen-metrics-urls.
+	metricsLns  []net.Listener
+	metricsHTTP *http.Server
+	// httpLns serve --listen-client-http-urls; with them, the client
+	// URLs' HTTP is httpElsewhere's, served by elsewhere.
+	httpLns   []net.Listener
+	elsewhere *http.Server
 	// pipe carries the JSON gateway's calls into grpc over gwConn.
 	pipe   *transport.PipeListener
 	gwConn *grpc.ClientConn
@@ -54,6 +62,11 @@ type Member struct {
 	wg    sync.WaitGroup
 	once  sync.Once
 	err   error
+
+	// failed is closed, with failErr, when the member finds at start that
+	// it must not serve (the initial corruption check).
+	failed  chan struct{}
+	failErr error
 }
 
 // Start starts a member and returns once it serves; the cluster may still be
@@ -66,6 +79,10 @@ func Start(cfg Config) (*Member, error) {
 		cfg.InitialClusterToken = "corenode-cluster"
 	}
 	logger := cfg.Logger.With("member", cfg.Name)
+	logDirPath, err := logDir(cfg.DataDir, cfg.WALDir)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := ParseInitialCluster(cfg.InitialCluster); err != nil {
 		return nil, err
 	}
@@ -130,11 +147,16 @@ func Start(cfg Config) (*Member, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--listen-peer-urls: %w", err)
 		}
-		if peerLn, err = net.Listen("tcp", hp); err != nil {
+		if peerLn, err = cfg.SocketOpts.listen(hp); err != nil {
 			return nil, fmt.Errorf("listen for peers: %w", err)
 		}
 	}
 	peerCfg.LocalIP = localIP(peerLn)
+	if cfg.PeerLocalAddrFromAdvertise {
+		if ip := advertisedIP(cfg.InitialAdvertisePeerURLs); ip != nil {
+			peerCfg.LocalIP = ip
+		}
+	}
 	if m.peerMux, err = transport.NewPeerMux(peerLn, peerCfg, logger); err != nil {
 		peerLn.Close()
 		return nil, err
@@ -142,19 +164,21 @@ func Start(cfg Config) (*Member, error) {
 	clientLns := cfg.ClientListeners
 	if clientLns == nil {
 		for _, u := range cfg.ListenClientURLs {
-			hp, err := hostPort(u)
+			ln, err := cfg.SocketOpts.listenURL(u)
 			if err != nil {
 				return nil, fmt.Errorf("--listen-client-urls: %w", err)
-			}
-			ln, err := net.Listen("tcp", hp)
-			if err != nil {
-				return nil, fmt.Errorf("listen for clients: %w", err)
 			}
 			clientLns = append(clientLns, ln)
 		}
 	}
 	for _, ln := range clientLns {
 		m.clients = append(m.clients, transport.NewClientMux(ln, clientTLS, logger))
+	}
+	if m.metricsLns, err = listenHTTP(cfg, cfg.ListenMetricsURLs, "--listen-metrics-urls"); err != nil {
+		return nil, err
+	}
+	if m.httpLns, err = listenHTTP(cfg, cfg.ListenClientHTTPURLs, "--listen-client-http-urls"); err != nil {
+		return nil, err
 	}
 
 	m.pipe = transport.NewPipeListener()
@@ -176,6 +200,7 @@ func Start(cfg Config) (*Member, error) {
 		LeaseObserver:       tracker,
 		Name:                cfg.Name,
 		DataDir:             cfg.DataDir,
+		LogDir:              logDirPath,
 		ID:                  node.MemberID(cfg.InitialAdvertisePeerURLs, cfg.InitialClusterToken),
 		ResolveID:           func() (uint64, error) { return joinedID(m.peerMux, cfg, cmp.Or(cfg.ElectionTimeout, time.Second)) },
 		ClusterToken:        cfg.InitialClusterToken,
@@ -223,6 +248,9 @@ func Start(cfg Config) (*Member, error) {
 	}
 	m.request.SetLessor(lessor.New(lessor.Config{Tracker: tracker, Scheduler: sched, State: m.node.FSM(),
 		Barrier: m.node.ReadBarrier, Proposer: m.request.LeaseProposer(), MinTTL: MinTTL(cfg.ElectionTimeout), Metrics: cfg.Metrics}))
+	if cfg.AutoCompaction.Periodic > 0 || cfg.AutoCompaction.Revisions > 0 {
+		m.node.AddLeaderService(newAutoCompactor(cfg.AutoCompaction, m, logger))
+	}
 	m.readLeases = readlease.New(readLeaseConfig(cfg, logger), m.node)
 	m.node.AddLeaderService(m.readLeases)
 	m.node.SetGate(m.readLeases)
@@ -257,10 +285,17 @@ func Start(cfg Config) (*Member, error) {
 		// As etcd: an answer of any size is sent (a Range of every key with
 		// its value can pass 64 MiB); clientv3 accepts up to 2 GiB by default.
 		grpc.MaxSendMsgSize(math.MaxInt32),
-		grpc.MaxConcurrentStreams(1 << 20),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.MaxConcurrentStreams(cmp.Or(cfg.MaxConcurrentStreams, 1<<20)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: cmp.Or(cfg.GRPCKeepalive.MinTime, 5*time.Second), PermitWithoutStream: true}),
+	}
+	if ka := keepaliveParams(cfg.GRPCKeepalive); ka != nil {
+		opts = append(opts, grpc.KeepaliveParams(*ka))
 	}
 	opts = append(opts, transport.ServerOptions()...)
+	opts = append(opts, cfg.GRPCServerOptions...)
+	if cfg.WarningUnaryRequestDuration > 0 || cfg.WarningApplyDuration > 0 {
+		opts = append(opts, slowRequests(cfg.WarningUnaryRequestDuration, cfg.WarningApplyDuration, logger))
+	}
 	if cfg.Metrics != nil {
 		opts = append(opts, transport.NewGRPCMetrics(cfg.Metrics).ServerOptions()...)
 		m.request.RegisterAuthMetrics(cfg.Metrics)
@@ -279,19 +314,34 @@ func Start(cfg Config) (*Member, error) {
 	if g, ok := cfg.Metrics.(prometheus.Gatherer); ok && gatherer == nil {
 		gatherer = g
 	}
-	m.http = &http.Server{Handler: storageHealth(m.node, m.server.HTTPHandler(gatherer, cfg.EnablePprof, gateway)),
-		ReadHeaderTimeout: 10 * time.Second}
+	m.http = &http.Server{Handler: accessControl(storageHealth(m.node, m.server.HTTPHandler(gatherer, cfg.EnablePprof, gateway)),
+		cfg.CORS, cfg.HostWhitelist, logger), ReadHeaderTimeout: 10 * time.Second}
 	m.serve(func() error { return m.grpc.Serve(m.pipe) })
 
 	m.serve(func() error { return m.peer.Serve(m.peerMux.GRPCListener()) })
 	m.serve(func() error { return m.server.ServeProposalConns(m.peerMux.ProposalListener()) })
+	clientHTTP := m.http
+	if len(m.httpLns) > 0 {
+		m.elsewhere = &http.Server{Handler: httpElsewhere, ReadHeaderTimeout: 10 * time.Second}
+		clientHTTP = m.elsewhere
+		for _, ln := range m.httpLns {
+			m.serve(func() error { return m.http.Serve(ln) })
+		}
+	}
 	for _, c := range m.clients {
 		m.serve(func() error { return m.grpc.Serve(c.GRPC()) })
-		m.serve(func() error { return m.http.Serve(c.HTTP()) })
+		m.serve(func() error { return clientHTTP.Serve(c.HTTP()) })
+	}
+	if len(m.metricsLns) > 0 {
+		m.metricsHTTP = &http.Server{Handler: metricsOnly(m.http.Handler), ReadHeaderTimeout: 10 * time.Second}
+		for _, ln := range m.metricsLns {
+			m.serve(func() error { return m.metricsHTTP.Serve(ln) })
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	m.ready = make(chan struct{})
+	m.failed = make(chan struct{})
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -303,6 +353,16 @@ func Start(cfg Config) (*Member, error) {
 		case <-ctx.Done():
 			return
 		}
+		if cfg.InitialCorruptCheck {
+			if err := initialCheck(ctx, integrityCluster{m.node, m.request}, logger); err != nil {
+				if ctx.Err() == nil {
+					logger.Error("initial corruption check failed", "err", err)
+					m.failErr = err
+					close(m.failed)
+				}
+				return
+			}
+		}
 		// etcd's words: its e2e framework and scripts written for etcd
 		// wait for this line.
 		logger.Info("ready to serve client requests")
@@ -313,7 +373,7 @@ func Start(cfg Config) (*Member, error) {
 		m.Close()
 		return nil, err
 	}
-	logger.Info("serving", "client", m.ClientAddrs(), "peer", peerLn.Addr().String(), "data-dir", cfg.DataDir, "log-store", m.node.LogStore(),
+	logger.Info("serving", "client", m.ClientAddrs(), "metrics", m.MetricsAddrs(), "peer", peerLn.Addr().String(), "data-dir", cfg.DataDir, "log-store", m.node.LogStore(),
 		"auth-token", cfg.AuthTokens.String(), "id", fmt.Sprintf("%x", m.node.ID()))
 	return m, nil
 }
@@ -333,6 +393,20 @@ func (m *Member) serve(f func() error) {
 // it has published its name and client URLs through raft and holds what
 // the cluster had committed when it started, as etcd's ReadyNotify.
 func (m *Member) Ready() <-chan struct{} { return m.ready }
+
+// Failed is closed when the member found at start that it must not
+// serve; Err says why. The command stops the member then, as etcd exits.
+func (m *Member) Failed() <-chan struct{} { return m.failed }
+
+// Err is why Failed was closed.
+func (m *Member) Err() error {
+	select {
+	case <-m.failed:
+		return m.failErr
+	default:
+		return nil
+	}
+}
 
 // Removed is closed when the cluster has removed this member; the process
 // should then Close it and exit.
@@ -364,12 +438,24 @@ func (m *Member) ClientAddrs() []string {
 	return out
 }
 
+// MetricsAddrs are the bound --listen-metrics-urls addresses.
+func (m *Member) MetricsAddrs() []string {
+	var out []string
+	for _, ln := range m.metricsLns {
+		out = append(out, ln.Addr().String())
+	}
+	return out
+}
+
 func (m *Member) closeListeners() {
 	if m.peerMux != nil {
 		m.peerMux.Close()
 	}
 	for _, c := range m.clients {
 		c.Close()
+	}
+	for _, ln := range slices.Concat(m.metricsLns, m.httpLns) {
+		ln.Close()
 	}
 }
 
@@ -396,6 +482,11 @@ func (m *Member) Close() error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		m.http.Shutdown(ctx)
+		for _, h := range []*http.Server{m.metricsHTTP, m.elsewhere} {
+			if h != nil {
+				h.Shutdown(ctx)
+			}
+		}
 		cancel()
 		m.gwConn.Close()
 		m.pipe.Close()
@@ -432,6 +523,24 @@ func storageHealth(n *node.Node, next http.Handler) http.Handler {
 
 // localIP is the address peer connections are dialed from: the one the peer
 // listener is bound to, unless it listens on every address.
+// advertisedIP is the IP of the first URL, if its host is one and a
+// specific one, as etcd's SetMemberLocalAddr takes it.
+func advertisedIP(urls []string) net.IP {
+	if len(urls) == 0 {
+		return nil
+	}
+	hp, err := hostPort(urls[0])
+	if err != nil {
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(hp)
+	ip := net.ParseIP(host)
+	if ip == nil || ip.IsUnspecified() {
+		return nil
+	}
+	return ip
+}
+
 func localIP(ln net.Listener) net.IP {
 	a, ok := ln.Addr().(*net.TCPAddr)
 	if !ok || a.IP.IsUnspecified() {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // TLSInfo is one side's certificates, as etcd's --cert-file, --key-file,
@@ -31,6 +32,23 @@ type TLSInfo struct {
 	// each other with it do not verify the certificate, as etcd's
 	// --peer-auto-tls does not.
 	AutoTLS bool
+	// MinVersion and MaxVersion bound the TLS versions (etcd's
+	// --tls-min-version, --tls-max-version); zero means TLS 1.2 and Go's
+	// newest. CipherSuites are the TLS 1.2 suites offered (etcd's
+	// --cipher-suites); nil means Go's.
+	MinVersion, MaxVersion uint16
+	CipherSuites           []uint16
+	// ClientCertFile and ClientKeyFile, when given, are what a member
+	// presents when it dials the others instead of CertFile and KeyFile
+	// (etcd's --peer-client-cert-file, --peer-client-key-file).
+	ClientCertFile, ClientKeyFile string
+	// AllowedCNs and AllowedHostnames, when given, accept only
+	// certificates with one of those common names, or valid for one of
+	// those hostnames (etcd's --peer-cert-allowed-cn and
+	// --peer-cert-allowed-hostname, --client-cert-allowed-hostname): both
+	// the certificates connecting and, dialing, those dialed. They need
+	// ClientCertAuth, and exclude each other, as in etcd.
+	AllowedCNs, AllowedHostnames []string
 
 	// insecureSkipVerify is set for a self-signed certificate: members
 	// dial each other without verifying it.
@@ -38,7 +56,43 @@ type TLSInfo struct {
 }
 
 func (t TLSInfo) empty() bool {
-	return t.CertFile == "" && t.KeyFile == "" && t.TrustedCAFile == "" && !t.ClientCertAuth && t.CRLFile == ""
+	return t.CertFile == "" && t.KeyFile == "" && t.TrustedCAFile == "" && !t.ClientCertAuth && t.CRLFile == "" &&
+		t.ClientCertFile == "" && t.ClientKeyFile == "" && len(t.AllowedCNs) == 0 && len(t.AllowedHostnames) == 0
+}
+
+// nameCheck is the AllowedCNs/AllowedHostnames check of a verified chain,
+// nil when neither is set.
+func (t TLSInfo) nameCheck(prefix string) (func(verified [][]*x509.Certificate) error, error) {
+	if len(t.AllowedCNs) == 0 && len(t.AllowedHostnames) == 0 {
+		return nil, nil
+	}
+	allowedFlag := "--" + prefix + "cert-allowed-cn/--" + prefix + "cert-allowed-hostname"
+	if prefix == "" {
+		allowedFlag = "--client-cert-allowed-hostname"
+	}
+	if len(t.AllowedCNs) > 0 && len(t.AllowedHostnames) > 0 {
+		return nil, fmt.Errorf("--%scert-allowed-cn and --%scert-allowed-hostname exclude each other", prefix, prefix)
+	}
+	if !t.ClientCertAuth {
+		return nil, fmt.Errorf("%s needs --%sclient-cert-auth", allowedFlag, prefix)
+	}
+	cns, hosts := t.AllowedCNs, t.AllowedHostnames
+	return func(verified [][]*x509.Certificate) error {
+		for _, chain := range verified {
+			if len(chain) == 0 {
+				continue
+			}
+			if slices.Contains(cns, chain[0].Subject.CommonName) {
+				return nil
+			}
+			for _, h := range hosts {
+				if chain[0].VerifyHostname(h) == nil {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("certificate refused: its name is not one %s allows", allowedFlag)
+	}, nil
 }
 
 // withAutoTLS returns t with a self-signed certificate in dir when it asks
@@ -107,7 +161,9 @@ func (t TLSInfo) serverConfig(prefix string) (*tls.Config, error) {
 		return nil, err
 	}
 	c := &tls.Config{
-		MinVersion:   tls.VersionTLS12,
+		MinVersion:   max(t.MinVersion, tls.VersionTLS12),
+		MaxVersion:   t.MaxVersion,
+		CipherSuites: t.CipherSuites,
 		Certificates: []tls.Certificate{cert},
 		ClientCAs:    pool,
 		// gRPC clients offer only h2; HTTP clients (curl, Prometheus) also
@@ -118,12 +174,29 @@ func (t TLSInfo) serverConfig(prefix string) (*tls.Config, error) {
 	if t.ClientCertAuth {
 		c.ClientAuth = tls.RequireAndVerifyClientCert
 	}
+	names, err := t.nameCheck(prefix)
+	if err != nil {
+		return nil, err
+	}
+	crl := ""
 	if t.CRLFile != "" {
 		if _, err := readCRL(t.CRLFile); err != nil {
 			return nil, fmt.Errorf("--%scrl-file: %w", prefix, err)
 		}
-		file := t.CRLFile
-		c.VerifyPeerCertificate = func(raw [][]byte, _ [][]*x509.Certificate) error { return checkRevoked(file, raw) }
+		crl = t.CRLFile
+	}
+	if names != nil || crl != "" {
+		c.VerifyPeerCertificate = func(raw [][]byte, verified [][]*x509.Certificate) error {
+			if crl != "" {
+				if err := checkRevoked(crl, raw); err != nil {
+					return err
+				}
+			}
+			if names != nil {
+				return names(verified)
+			}
+			return nil
+		}
 	}
 	return c, nil
 }
@@ -135,8 +208,21 @@ func (t TLSInfo) clientConfig(prefix string) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, RootCAs: pool,
-		InsecureSkipVerify: t.insecureSkipVerify}, nil
+	if t.ClientCertFile != "" || t.ClientKeyFile != "" {
+		if cert, err = tls.LoadX509KeyPair(t.ClientCertFile, t.ClientKeyFile); err != nil {
+			return nil, fmt.Errorf("--%sclient-cert-file/--%sclient-key-file: %w", prefix, prefix, err)
+		}
+	}
+	c := &tls.Config{MinVersion: max(t.MinVersion, tls.VersionTLS12), MaxVersion: t.MaxVersion, CipherSuites: t.CipherSuites,
+		Certificates: []tls.Certificate{cert}, RootCAs: pool, InsecureSkipVerify: t.insecureSkipVerify}
+	names, err := t.nameCheck(prefix)
+	if err != nil {
+		return nil, err
+	}
+	if names != nil && !t.insecureSkipVerify {
+		c.VerifyPeerCertificate = func(_ [][]byte, verified [][]*x509.Certificate) error { return names(verified) }
+	}
+	return c, nil
 }
 
 // tlsFor returns the server config for listeners whose URLs use https, and

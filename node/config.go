@@ -75,6 +75,8 @@ type Config struct {
 	SnapshotCount uint64
 	// SnapshotInterval is how often raft checks SnapshotCount.
 	SnapshotInterval time.Duration
+	// LogDir holds the raft log store; empty means DataDir.
+	LogDir string
 	// LogStore names the raft log store: logstore.WAL or logstore.BoltDB.
 	// An existing data dir keeps the store it holds and refuses another by
 	// name (logstore.MismatchError); empty means that store, or
@@ -89,7 +91,8 @@ type Config struct {
 	LogVerifyInterval time.Duration
 
 	Logger *slog.Logger
-	// RaftLog receives hashicorp/raft's own warnings; nil means stderr.
+	// RaftLog receives hashicorp/raft's own warnings in hclog's format;
+	// nil sends them through Logger.
 	RaftLog io.Writer
 	// LeaseObserver hears lease grants and removals as they apply (the
 	// leader's expiry tracker).

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -126,7 +127,7 @@ func New(cfg Config) (_ *Node, err error) {
 		removed: make(chan struct{})}
 	n.confirmRounds = round.New(func() (struct{}, error) { return struct{}{}, n.verifyOnce() })
 
-	store, err := logstore.Open(logstore.Config{DataDir: cfg.DataDir, Kind: cfg.LogStore, ID: cfg.ID, Logger: cfg.Logger,
+	store, err := logstore.Open(logstore.Config{DataDir: cmp.Or(cfg.LogDir, cfg.DataDir), Kind: cfg.LogStore, ID: cfg.ID, Logger: cfg.Logger,
 		WALLogger: raftLogger(cfg, "wal"), ProbeInterval: cfg.StorageProbeInterval})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)

@@ -1,7 +1,7 @@
 package node
 
 import (
-	"os"
+	"log/slog"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -44,11 +44,15 @@ func raftConfig(cfg Config, notify chan bool) *raft.Config {
 }
 
 // raftLogger is where hashicorp's libraries (raft, raft-wal) write their
-// warnings: cfg.RaftLog, or stderr.
+// warnings: cfg.RaftLog in hclog's format when it is set (tests), or else
+// the member's logger, so a member writes one format.
 func raftLogger(cfg Config, name string) hclog.Logger {
-	out := cfg.RaftLog
-	if out == nil {
-		out = os.Stderr
+	if cfg.RaftLog != nil {
+		return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: cfg.RaftLog})
 	}
-	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.Warn, Output: out})
+	l := cfg.Logger
+	if l == nil {
+		l = slog.Default()
+	}
+	return newSlogHCLog(l, name)
 }
