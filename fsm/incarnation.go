@@ -20,31 +20,18 @@ import (
 type Incarnation struct {
 	// ID is chosen at random by the proposer; never 0.
 	ID uint64
-	// Replace starts a new incarnation over an existing one: a member
-	// recovered with --force-new-cluster begins a history of its own, which
-	// the members it dropped must not rejoin.
-	Replace bool
 }
 
-// Marshal implements Message: a byte (1: Replace), then the ID as a uvarint.
-func (c *Incarnation) Marshal() ([]byte, error) {
-	b := []byte{0}
-	if c.Replace {
-		b[0] = 1
-	}
-	return binary.AppendUvarint(b, c.ID), nil
-}
+// Marshal implements Message: the ID as a uvarint.
+func (c *Incarnation) Marshal() ([]byte, error) { return binary.AppendUvarint(nil, c.ID), nil }
 
 // Unmarshal implements Message.
 func (c *Incarnation) Unmarshal(b []byte) error {
-	if len(b) < 2 || b[0] > 1 {
+	id, n := binary.Uvarint(b)
+	if n <= 0 || n != len(b) || id == 0 {
 		return errors.New("fsm: bad incarnation payload")
 	}
-	id, n := binary.Uvarint(b[1:])
-	if n <= 0 || 1+n != len(b) || id == 0 {
-		return errors.New("fsm: bad incarnation payload")
-	}
-	c.ID, c.Replace = id, b[0] == 1
+	c.ID = id
 	return nil
 }
 
@@ -70,10 +57,10 @@ func (f *FSM) OnIncarnation(fn func(uint64)) { f.onIncarnation = fn }
 
 // applyIncarnation keeps the first incarnation a history commits: two
 // leaders of a young cluster may each propose one, and every member must
-// end with the same. Only a Replace entry changes it later.
+// end with the same, and never pass through another on its way there.
 func (f *FSM) applyIncarnation(c *Incarnation) uint64 {
 	f.mu.Lock()
-	if f.incarnation == 0 || c.Replace {
+	if f.incarnation == 0 {
 		f.incarnation = c.ID
 	}
 	inc := f.incarnation

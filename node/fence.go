@@ -264,11 +264,17 @@ func (n *Node) Halted() <-chan struct{} { return n.fence.Halted() }
 // HaltErr is why Halted was closed.
 func (n *Node) HaltErr() error { return n.fence.HaltErr() }
 
-// newIncarnation proposes the cluster's incarnation when it has none
-// (replace false), or a new one (replace true); the leader calls it after
-// its barrier, so the FSM's answer is current.
-func (n *Node) newIncarnation(ctx context.Context, replace bool) error {
-	if !replace && n.fsm.Incarnation() != 0 {
+// newIncarnation proposes the cluster's incarnation when it has none; the
+// leader calls it after its barrier, so the FSM's answer is current.
+//
+// A history keeps its one incarnation, --force-new-cluster included: a
+// member catching up applies the log in order, and must never pass through
+// an incarnation other than its leader's (it would find itself outvoted).
+// The members a forced recovery drops are out of the configuration, so
+// raft neither replicates to them nor counts their votes; their data dirs
+// are to be deleted (docs/operations.md).
+func (n *Node) newIncarnation(ctx context.Context) error {
+	if n.fsm.Incarnation() != 0 {
 		return nil
 	}
 	var b [8]byte
@@ -279,7 +285,7 @@ func (n *Node) newIncarnation(ctx context.Context, replace bool) error {
 		}
 		id = binary.BigEndian.Uint64(b[:])
 	}
-	if _, err := n.Propose(ctx, fsm.OpIncarnation, &fsm.Incarnation{ID: id, Replace: replace}); err != nil {
+	if _, err := n.Propose(ctx, fsm.OpIncarnation, &fsm.Incarnation{ID: id}); err != nil {
 		return fmt.Errorf("node: propose the cluster incarnation: %w", err)
 	}
 	return nil

@@ -94,13 +94,8 @@ func (n *Node) lead(ctx context.Context) {
 	}
 	// A history's first leader names it before anything else it does, so
 	// its members state it in every raft handshake from then on (fence.go).
-	// A member forced into a new cluster starts a history of its own, so
-	// the data dirs of the members it dropped are refused if they return.
-	replace := n.forcedNewCluster && !n.replacedIncarnation.Load()
-	if err := n.newIncarnation(ctx, replace); err != nil && ctx.Err() == nil {
+	if err := n.newIncarnation(ctx); err != nil && ctx.Err() == nil {
 		n.log.Warn("cluster incarnation not committed; the next term tries again", "err", err)
-	} else if err == nil && replace {
-		n.replacedIncarnation.Store(true)
 	}
 	n.readyTerm.Store(term)
 	n.ready.Notify()

@@ -112,9 +112,6 @@ type Node struct {
 	// A cluster incarnation minted by the first leader must be minted anew
 	// then, so that the dropped members' old data dirs are refused.
 	forcedNewCluster bool
-	// replacedIncarnation is set once this start, forced, committed a new
-	// incarnation (fence.go).
-	replacedIncarnation atomic.Bool
 }
 
 // New opens the data dir, restores state and starts raft.
