@@ -86,7 +86,9 @@ func buildBinary(t *testing.T) string {
 		return bin
 	}
 	bin := filepath.Join(t.TempDir(), "corenode")
-	args := []string{"build", "-o", bin}
+	// -buildvcs=auto over a GOFLAGS that turns it off: `corenode version`
+	// names the revision it was built from.
+	args := []string{"build", "-buildvcs=auto", "-o", bin}
 	if os.Getenv("CORENODE_E2E_RACE") == "1" {
 		args = append(args, "-race")
 	}
