@@ -248,6 +248,12 @@ func run(args []string) error {
 	if o.electionMS < 5*o.heartbeatMS {
 		return fmt.Errorf("--election-timeout (%d ms) should be at least 5 times --heartbeat-interval (%d ms)", o.electionMS, o.heartbeatMS)
 	}
+	clockCtx, stopClock := context.WithCancel(context.Background())
+	defer stopClock()
+	leaseClock, err := testClock(clockCtx, logger)
+	if err != nil {
+		return err
+	}
 	m, err := member.Start(member.Config{
 		Name:                      o.name,
 		DataDir:                   o.dataDir,
@@ -274,6 +280,7 @@ func run(args []string) error {
 		LeaseCheckpointAfter:      time.Duration(o.leaseCheckpointMS) * time.Millisecond,
 		LeaseTick:                 time.Duration(o.leaseTickMS) * time.Millisecond,
 		LeaseBatch:                o.leaseBatch,
+		LeaseClock:                leaseClock,
 		WatchProgressNotify:       o.watchProgressNotify,
 		QuotaBackendBytes:         o.quotaBackendBytes,
 		AuthTokens:                o.authTokens,
