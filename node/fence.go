@@ -174,6 +174,10 @@ func (f *Fence) setIncarnation(inc uint64) {
 	}
 }
 
+// keyCurrentTerm is where hashicorp/raft keeps its current term in the
+// stable store (its unexported keyCurrentTerm).
+var keyCurrentTerm = []byte("CurrentTerm")
+
 // keyIncarnation keeps the incarnation in the raft stable store, so a
 // restarted member states it from its first connection, before it has
 // applied anything: its log is replayed only once a leader names the
@@ -186,7 +190,18 @@ var keyIncarnation = []byte("corenode-incarnation")
 // applied entry is committed, so the check never refuses a healthy
 // leader. Entries below the log's start are in the snapshot and are not
 // compared; in a healthy cluster the leader never resends them.
+//
+// An append of a term older than this member's is let through unjudged:
+// raft refuses it on its term alone. A leader cut off by a split, or
+// paused, and deposed meanwhile, sends the entries of its old term that it
+// never committed, and the majority may have applied others at those
+// indexes; that is raft working, not another history.
 func (n *Node) checkAppend(a *raft.AppendEntriesRequest) error {
+	// raft saves a new term in the stable store before it acts in it, so
+	// the stored term is at least the one raft will judge this append by.
+	if term, err := n.termStore.GetUint64(keyCurrentTerm); err == nil && a.Term < term {
+		return nil
+	}
 	applied := n.fsm.Applied()
 	for _, e := range a.Entries {
 		if e.Index > applied {

@@ -49,6 +49,9 @@ type Node struct {
 	health *logstore.Health
 	snaps  *snapshotStore
 	logs   raft.LogStore
+	// termStore is where checkAppend reads raft's current term: the
+	// stable store (store, outside tests).
+	termStore raft.StableStore
 	// verifier checks the log against the leader's checkpoints (logstore/verify.go).
 	verifier *logstore.Verifier
 	// fence keeps out members of another history (fence.go).
@@ -180,6 +183,7 @@ func New(cfg Config) (_ *Node, err error) {
 	stable := n.health.Stable(store, n.stop)
 
 	n.repl = newReplication(cfg.Transport, n.health)
+	n.termStore = store
 	n.repl.checkAppend = n.checkAppend
 	notify := make(chan bool, 16)
 	rc := raftConfig(cfg, notify)
