@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/corenode/corenode/auth"
+	"github.com/corenode/corenode/lease"
 	"github.com/corenode/corenode/node"
 	"github.com/corenode/corenode/readlease"
 )
@@ -95,6 +96,14 @@ type Config struct {
 	LeaseCheckpointAfter time.Duration
 	LeaseTick            time.Duration
 	LeaseBatch           int
+	// LeaseClock is the one clock this member measures leases and read
+	// leases by: the expiry tracker's deadlines, the checkpoint scheduler's
+	// ticks and the read-lease manager's grants, waits and horizon. Nil is
+	// lease.SystemClock. Only tests set another (a clock at another rate,
+	// for jepsen-lite's clock-rate fault; cmd/corenode's testClock): the
+	// deadlines are promises to holders on other clocks, so they must all
+	// run at one rate.
+	LeaseClock lease.Clock
 	// WatchProgressNotify is etcd's --watch-progress-notify-interval; zero
 	// means etcd's default of 10 minutes.
 	WatchProgressNotify time.Duration
@@ -182,6 +191,13 @@ type GRPCKeepalive struct {
 	Interval, Timeout time.Duration
 }
 
+func (cfg Config) leaseClock() lease.Clock {
+	if cfg.LeaseClock == nil {
+		return lease.SystemClock{}
+	}
+	return cfg.LeaseClock
+}
+
 // Read-lease defaults. A longer lease serves more reads from memory and
 // makes a write to a key whose holder died wait longer (at most this long).
 const (
@@ -204,6 +220,7 @@ func readLeaseConfig(cfg Config, logger *slog.Logger) readlease.Config {
 			MaxKeys:          cmp.Or(cfg.ReadLeaseMaxKeys, DefaultReadLeaseMaxKeys),
 			MaxHoldersPerKey: cmp.Or(cfg.ReadLeaseMaxHoldersPerKey, DefaultReadLeaseMaxHoldersPerKey),
 		},
+		Clock:   cfg.leaseClock(),
 		Logger:  logger,
 		Metrics: cfg.Metrics,
 	}

@@ -190,7 +190,7 @@ func Start(cfg Config) (*Member, error) {
 		return nil, err
 	}
 
-	tracker := lease.NewTracker(lease.SystemClock{}, lease.TrackerConfig{CheckpointAfter: cfg.LeaseCheckpointAfter})
+	tracker := lease.NewTracker(cfg.leaseClock(), lease.TrackerConfig{CheckpointAfter: cfg.LeaseCheckpointAfter})
 	// The raft handshake states and judges this member's history from the
 	// first connection raft makes (node/fence.go).
 	fence := node.NewFence(logger)

@@ -457,7 +457,7 @@ func TestOptionsValidated(t *testing.T) {
 		{[]Option{WithMaxKeys(0)}, "max keys"},
 		{[]Option{WithMaxKeys(-1)}, "max keys"},
 		{[]Option{WithDriftMargin(-time.Millisecond)}, "drift margin"},
-		{[]Option{withClock(nil)}, "clock"},
+		{[]Option{WithClock(nil)}, "clock"},
 	} {
 		if _, err := newConfig(tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("newConfig = %v, want an error about %s", err, tc.want)

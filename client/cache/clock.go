@@ -2,16 +2,16 @@ package cache
 
 import "time"
 
-// clock is where the cache reads the time it judges leases by, so unit
-// tests step a fake clock and assert the exact instant an entry stops being
-// served. The real clock's readings carry Go's monotonic reading, so
+// Clock is the monotonic clock the cache judges leases by (WithClock), so
+// unit tests step a fake clock and assert the exact instant an entry stops
+// being served. The real clock's readings carry Go's monotonic reading, so
 // deadlines never follow a wall-clock step: only the clock's rate matters
 // (see DefaultDriftMargin).
 //
 // Only lease deadlines go through it. The reconnect backoff uses real
 // timers: it decides nothing about safety, and tests should not have to
 // step the lease clock to get a session re-opened.
-type clock interface {
+type Clock interface {
 	Now() time.Time
 }
 

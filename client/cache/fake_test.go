@@ -217,7 +217,7 @@ func newHarness(t *testing.T, opts ...Option) *harness {
 	}
 	gs := grpc.NewServer()
 	cachepb.RegisterCacheServer(gs, h.srv)
-	h.c = dialCache(t, gs, append([]Option{withClock(h.clk), withWaitHook(h.waited)}, opts...)...)
+	h.c = dialCache(t, gs, append([]Option{WithClock(h.clk), withWaitHook(h.waited)}, opts...)...)
 	return h
 }
 

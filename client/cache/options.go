@@ -48,8 +48,12 @@ func WithMaxKeys(n int) Option { return func(c *config) { c.maxKeys = n } }
 // member other than the leader (default: slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// withClock replaces the real clock in unit tests.
-func withClock(clk clock) Option { return func(c *config) { c.clock = clk } }
+// WithClock replaces the process's monotonic clock, which the cache
+// judges its leases by, with clk. It is for tests: corenode's jepsen-lite
+// runs caches on clocks of different rates to exercise the drift margin.
+// A cache in production keeps the default: the margin assumes a real
+// clock.
+func WithClock(clk Clock) Option { return func(c *config) { c.clock = clk } }
 
 // withWaitHook is called with the key each time a Get starts waiting for
 // the leader's answer (having sent or joined a request), so unit tests know
@@ -60,7 +64,7 @@ type config struct {
 	margin    time.Duration
 	marginSet bool
 	maxKeys   int
-	clock     clock
+	clock     Clock
 	waiting   func(key string)
 	logger    *slog.Logger
 }

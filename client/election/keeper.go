@@ -57,7 +57,7 @@ type keeper struct {
 
 	mu       sync.Mutex
 	deadline time.Time // valid strictly before this instant
-	timer    stopper   // calls expire at deadline
+	timer    Stopper   // calls expire at deadline
 	ended    bool
 
 	revokeOnce sync.Once

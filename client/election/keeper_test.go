@@ -37,7 +37,7 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
-func (c *fakeClock) At(at time.Time, f func()) stopper {
+func (c *fakeClock) At(at time.Time, f func()) Stopper {
 	c.mu.Lock()
 	t := &fakeTimer{c: c, at: at, f: f}
 	if at.After(c.now) {
@@ -158,7 +158,7 @@ const (
 
 func newHarness(t *testing.T, opts ...Option) *harness {
 	h := &harness{t: t, clock: newFakeClock(), lease: newFakeLease(int64(hTTL / time.Second)), renewed: make(chan error, 1)}
-	cfg, err := newConfig(append([]Option{WithTTL(hTTL), WithDriftMargin(hMargin), withClock(h.clock),
+	cfg, err := newConfig(append([]Option{WithTTL(hTTL), WithDriftMargin(hMargin), WithClock(h.clock),
 		WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 		withRenewHook(func(err error) { h.renewed <- err })}, opts...))
 	if err != nil {
@@ -355,6 +355,9 @@ func TestDefaultDriftMargin(t *testing.T) {
 	}
 	if _, err := newConfig([]Option{WithTTL(time.Second), WithDriftMargin(time.Second)}); err == nil {
 		t.Error("a margin as long as the TTL was accepted")
+	}
+	if _, err := newConfig([]Option{WithClock(nil)}); err == nil {
+		t.Error("a nil clock was accepted")
 	}
 	c, err := newConfig([]Option{WithTTL(1500 * time.Millisecond)})
 	if err != nil || c.ttl != 2*time.Second {

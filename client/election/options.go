@@ -56,8 +56,13 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 // to hand each deadline to a watchdog process that stops CMD on its own.
 func WithOnRenew(f func(deadline time.Time)) Option { return func(c *config) { c.onRenew = f } }
 
-// withClock replaces the real clock in unit tests.
-func withClock(c clock) Option { return func(cfg *config) { cfg.clock = c } }
+// WithClock replaces the process's monotonic clock, which the holder
+// measures its lease on, with c; Leadership.Deadline and WithOnRenew's
+// deadlines are then c's readings. It is for tests: corenode's jepsen-lite
+// runs holders on clocks of different rates to exercise the drift margin.
+// A holder in production keeps the default: the margin assumes a real
+// clock.
+func WithClock(c Clock) Option { return func(cfg *config) { cfg.clock = c } }
 
 // withRenewHook is called after each keep-alive answer (or failure) has
 // been applied, so unit tests know when to step the clock next.
@@ -67,7 +72,7 @@ type config struct {
 	ttl       time.Duration
 	margin    time.Duration
 	marginSet bool
-	clock     clock
+	clock     Clock
 	log       *slog.Logger
 	renewed   func(error)
 	onRenew   func(time.Time)
@@ -77,6 +82,9 @@ func newConfig(opts []Option) (config, error) {
 	c := config{ttl: DefaultTTL, clock: realClock{}, log: slog.Default()}
 	for _, o := range opts {
 		o(&c)
+	}
+	if c.clock == nil {
+		return c, fmt.Errorf("election: nil clock")
 	}
 	if c.ttl <= 0 {
 		return c, fmt.Errorf("election: TTL %v is not positive", c.ttl)

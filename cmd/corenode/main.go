@@ -126,6 +126,12 @@ func start(s *settings, metrics prometheus.Registerer, withLogger func(*slog.Log
 	}
 	s.logWarnings(logger)
 	cfg, err := memberConfig(&s.o, logger)
+	// The lease clock runs at a test's rate only under jepsen-lite's
+	// clock-rate fault (testclock.go).
+	clockCtx, stopClock := context.WithCancel(context.Background())
+	if err == nil {
+		cfg.LeaseClock, err = testClock(clockCtx, logger)
+	}
 	stopTracing := func(context.Context) error { return nil }
 	if err == nil && s.o.tracing.enabled {
 		var opt grpc.ServerOption
@@ -138,6 +144,7 @@ func start(s *settings, metrics prometheus.Registerer, withLogger func(*slog.Log
 		m, err = member.Start(cfg)
 	}
 	closeAll = func() {
+		stopClock()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := stopTracing(ctx); err != nil {

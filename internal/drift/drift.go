@@ -22,6 +22,10 @@ const (
 // delay between a check of the deadline and acting on it (a Get's return,
 // a consumer of Done such as the `corenode lock` supervisor being
 // scheduled).
+//
+// Spent on a rate alone, the margin tolerates a rate difference of
+// margin/(d - margin), about 1% + 50 ms/d: jepsen-lite's clock-rate fault
+// finds the first early lease just past it (docs/leases.md, "Clock rates").
 func Margin(d time.Duration) time.Duration {
 	return d/fraction + floor
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/corenode/corenode/internal/drift"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/checker"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/cluster"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/history"
@@ -70,6 +71,8 @@ func check(ops []history.Op, cfg *config) []checker.Result {
 		CommitSlack:     250 * time.Millisecond,
 		BacklogSlack:    time.Second,
 		GapThreshold:    300 * time.Millisecond,
+		ClockFault:      string(nemesis.ClockRate) + ":",
+		DriftMargin:     drift.Margin,
 	}, avail, faults)
 	gap, at := avail.LongestGap()
 	lease.Stats = append(lease.Stats, fmt.Sprintf("longest time without a commit: %s from %s", history.Dur(gap), history.Dur(at)))

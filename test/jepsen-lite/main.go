@@ -35,6 +35,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corenode/corenode/internal/rateclock"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/cachereader"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/cluster"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/holder"
@@ -77,6 +78,7 @@ type config struct {
 	CacheWriters int           `json:"cache_writers"`
 	CacheKeys    int           `json:"cache_keys"`
 	ReadLease    time.Duration `json:"read_lease"`
+	ClockSpread  float64       `json:"clock_rate_spread"`
 	Auth         string        `json:"auth"`
 	Check        string        `json:"-"`
 	LogLevel     string        `json:"-"`
@@ -110,6 +112,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&c.CacheWriters, "cache-writers", 2, "writers of the cached-read workload's keys (KV puts)")
 	fs.IntVar(&c.CacheKeys, "cache-keys", 3, "keys of the cached-read workload in use at once")
 	fs.DurationVar(&c.ReadLease, "read-lease", time.Second, "the members' --read-lease-duration (local processes; -docker runs the image's default, "+cluster.DefaultSettings.ReadLease().String()+")")
+	fs.Float64Var(&c.ClockSpread, "clock-rate-spread", 0.005, "the clock-rate fault runs each member's lease clock and each holder's and reader's clock at 1 plus or minus this (0.005: 0.5%)")
 	fs.StringVar(&c.Auth, "auth", "", "turn auth on once the cluster is healthy and run every client as a user with readwrite on all keys (the nemesis as root): \"simple\" or \"jwt\" tokens (jwt: local processes only); \"\" for none")
 	fs.BoolVar(&c.RequireAll, "require-all-faults", false, "fail the run unless every selected fault was injected at least once")
 	fs.StringVar(&c.Check, "check", "", "re-check the history saved in this -out directory, without running a cluster")
@@ -131,6 +134,9 @@ func parseFlags(args []string) (*config, error) {
 	}
 	if c.CacheReaders < 0 || c.CacheWriters < 0 || c.CacheReaders > 0 && c.CacheKeys < 1 {
 		return nil, fmt.Errorf("-cache-readers %d -cache-writers %d -cache-keys %d: need readers, writers >= 0 and keys >= 1", c.CacheReaders, c.CacheWriters, c.CacheKeys)
+	}
+	if !(c.ClockSpread > 0 && c.ClockSpread <= 1-rateclock.MinRate) {
+		return nil, fmt.Errorf("-clock-rate-spread %v: need 0 < spread <= %v (a rate clock runs at %v to %v)", c.ClockSpread, 1-rateclock.MinRate, rateclock.MinRate, rateclock.MaxRate)
 	}
 	if c.ReadLease < 200*time.Millisecond {
 		return nil, fmt.Errorf("-read-lease %v: at least 200ms (the cache's drift margin is 1%% of it plus 50ms)", c.ReadLease)
@@ -166,6 +172,17 @@ func holderModes(s string) ([]string, error) {
 		}
 	}
 	return modes, nil
+}
+
+// clockDir is where the rate files of the clock-rate fault live (""
+// when it is not selected, or the members cannot take it: the compose file
+// passes them no test clock).
+func (c *config) clockDir() string {
+	kinds, _ := nemesis.Parse(c.Faults)
+	if c.Docker || !slices.Contains(kinds, nemesis.ClockRate) {
+		return ""
+	}
+	return filepath.Join(c.Out, "clock")
 }
 
 // readLease is the read lease the members grant: -read-lease for local

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -166,6 +167,7 @@ func (r *runner) run(ctx context.Context) int {
 	// The holders start first: each mode needs a leader before the first
 	// pause-holder fault, and they must live through every other fault.
 	var holders nemesis.Holders
+	clockFiles := map[string]string{}
 	if modes, _ := holderModes(cfg.HolderModes); cfg.Holders > 0 && len(modes) > 0 {
 		el, err := r.startElection(env, endpoints, modes)
 		if err != nil {
@@ -174,6 +176,7 @@ func (r *runner) run(ctx context.Context) int {
 		}
 		defer el.Stop(5 * time.Second)
 		holders = el
+		maps.Copy(clockFiles, el.ClockFiles())
 	}
 	// The cached-read readers too: pause-reader needs one running.
 	var readers nemesis.Readers
@@ -186,6 +189,7 @@ func (r *runner) run(ctx context.Context) int {
 		}
 		defer cr.Stop(5 * time.Second)
 		readers, cached = cr, cr
+		maps.Copy(clockFiles, cr.ClockFiles())
 	}
 	kinds, _ := nemesis.Parse(cfg.Faults)
 	// About 9 s per fault and its quiet time fit a normal schedule; with
@@ -202,6 +206,10 @@ func (r *runner) run(ctx context.Context) int {
 		QuietMin: quietMin, QuietMax: quietMax, Compact: compact,
 		Holders: holders, HolderTTL: cfg.HolderTTL,
 		Readers: readers, ReadLease: cfg.readLease(),
+		// About one change per TTL of the holders (2 s) and the leases
+		// (3-5 s): a deadline is measured within one rate and across a
+		// change.
+		ClockFiles: clockFiles, ClockSpread: cfg.ClockSpread, ClockEveryMin: 2 * time.Second, ClockEveryMax: 5 * time.Second,
 	})
 
 	r.mu.Lock()

@@ -27,7 +27,7 @@ func (r *runner) startElection(env *workload.Env, endpoints, modes []string) (*w
 	el := workload.NewElection(env, workload.ElectionConfig{
 		Exe: exe, Endpoints: endpoints, Modes: modes, Holders: r.cfg.Holders, TTL: r.cfg.HolderTTL,
 		ActEvery: 5 * time.Millisecond, WriteEvery: 50 * time.Millisecond,
-		LogDir: r.cfg.Out, RestartAfter: 200 * time.Millisecond,
+		LogDir: r.cfg.Out, RestartAfter: 200 * time.Millisecond, ClockDir: r.cfg.clockDir(),
 	})
 	if err := el.Start(); err != nil {
 		return nil, err
@@ -49,7 +49,7 @@ func (r *runner) startCached(env *workload.Env, endpoints []string) (*workload.C
 	cr := workload.NewCached(env, workload.CachedConfig{
 		Exe: exe, Endpoints: endpoints, Readers: r.cfg.CacheReaders, Keys: r.cfg.CacheKeys, Seed: r.cfg.Seed,
 		ReadEvery: 10 * time.Millisecond, WriteEvery: 40 * time.Millisecond,
-		LogDir: r.cfg.Out, RestartAfter: 200 * time.Millisecond,
+		LogDir: r.cfg.Out, RestartAfter: 200 * time.Millisecond, ClockDir: r.cfg.clockDir(),
 	})
 	if err := cr.Start(); err != nil {
 		cr.Stop(time.Second)
@@ -106,9 +106,15 @@ func (r *runner) startCluster(ctx context.Context) (cluster.Cluster, error) {
 			return nil, err
 		}
 	}
+	if dir := cfg.clockDir(); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			os.RemoveAll(data)
+			return nil, fmt.Errorf("clock-rate fault: %w", err)
+		}
+	}
 	c, err := cluster.StartProcesses(ctx, cluster.ProcessConfig{
 		Binary: bin, Members: cfg.Members, DataDir: data, LogDir: cfg.Out,
-		Settings: settings, Seed: cfg.Seed, Log: r.log,
+		Settings: settings, Seed: cfg.Seed, Log: r.log, ClockDir: cfg.clockDir(),
 	})
 	if err != nil {
 		os.RemoveAll(data)

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/corenode/corenode/client/cache"
+	"github.com/corenode/corenode/internal/rateclock"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/cluster"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/history"
 )
@@ -67,11 +68,16 @@ type Config struct {
 	Endpoints []string      // corenode client addresses
 	Name      string        // for its log
 	Timeout   time.Duration // of each Get
+	// ClockFile, if set, is a rate file (internal/rateclock): the cache
+	// judges its leases on a clock running at the rate in it, which the
+	// clock-rate fault changes.
+	ClockFile string
 }
 
 // Args is the command line that runs a reader with cfg (after Command).
 func (c Config) Args() []string {
-	return []string{"-endpoints", strings.Join(c.Endpoints, ","), "-name", c.Name, "-timeout", c.Timeout.String()}
+	return []string{"-endpoints", strings.Join(c.Endpoints, ","), "-name", c.Name, "-timeout", c.Timeout.String(),
+		"-clock-file", c.ClockFile}
 }
 
 func parse(args []string) (Config, error) {
@@ -81,6 +87,7 @@ func parse(args []string) (Config, error) {
 	fs.StringVar(&endpoints, "endpoints", "", "comma-separated client addresses")
 	fs.StringVar(&c.Name, "name", "", "name of this reader, for its log")
 	fs.DurationVar(&c.Timeout, "timeout", 2*time.Second, "timeout of each read")
+	fs.StringVar(&c.ClockFile, "clock-file", "", "rate file of the cache's clock (internal/rateclock); \"\": the real clock")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -104,13 +111,22 @@ func Main(args []string) int {
 		return ExitError
 	}
 	log = log.With("name", cfg.Name)
+	var opts []cache.Option
+	if cfg.ClockFile != "" {
+		clk, err := rateclock.FromEnv(context.Background(), "file:"+cfg.ClockFile, func(err error) { log.Error("reader clock", "err", err) })
+		if err != nil {
+			log.Error("cache-reader", "err", err)
+			return ExitError
+		}
+		opts = append(opts, cache.WithClock(clk))
+	}
 	cli, err := cluster.NewClient(cfg.Endpoints)
 	if err != nil {
 		log.Error("cache-reader", "err", err)
 		return ExitError
 	}
 	defer cli.Close()
-	c, err := cache.New(cli)
+	c, err := cache.New(cli, opts...)
 	if err != nil {
 		log.Error("cache-reader", "err", err)
 		return ExitError

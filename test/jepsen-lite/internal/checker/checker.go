@@ -137,6 +137,17 @@ func (fs Faults) During(a, b int64) []string {
 	return out
 }
 
+// Has reports whether a fault whose detail starts with prefix was in
+// effect at some time in [a, b].
+func (fs Faults) Has(prefix string, a, b int64) bool {
+	for _, f := range fs {
+		if f.Start <= b && f.End >= a && strings.HasPrefix(f.Detail, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
 // LatestEnd is the latest end of a fault in effect at some time in [a, b]
 // (0 when none).
 func (fs Faults) LatestEnd(a, b int64) int64 {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/corenode/corenode/internal/drift"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/history"
 )
 
@@ -88,8 +89,9 @@ func leaseCheck(ops []history.Op) Result {
 	}
 	all = append(all, ops...)
 	cfg := LeaseConfig{Prefix: "jl/lease/", Tick: 100 * time.Millisecond, CheckpointAfter: time.Second,
-		CommitSlack: 250 * time.Millisecond, BacklogSlack: time.Second, GapThreshold: 300 * time.Millisecond}
-	return Leases(all, cfg, AvailabilityOf(all, cfg.GapThreshold), nil)
+		CommitSlack: 250 * time.Millisecond, BacklogSlack: time.Second, GapThreshold: 300 * time.Millisecond,
+		ClockFault: "clock-rate:", DriftMargin: drift.Margin}
+	return Leases(all, cfg, AvailabilityOf(all, cfg.GapThreshold), FaultsOf(all))
 }
 
 func TestLeases(t *testing.T) {
@@ -98,6 +100,9 @@ func TestLeases(t *testing.T) {
 	}
 	gone := func(start, end int64) history.Op {
 		return history.Op{Kind: history.KindLeaseGet, Start: start * ms, End: end * ms, Result: history.OK}
+	}
+	rates := func(start, end int64) history.Op {
+		return history.Op{Kind: history.KindFault, Start: start * ms, End: end * ms, Result: history.OK, Detail: "clock-rate: spread 0.02: m1=1.0200"}
 	}
 	for _, tc := range []struct {
 		name string
@@ -112,6 +117,11 @@ func TestLeases(t *testing.T) {
 		{"within the bound", leaseOps(ttl(0, 5300, 5310), ttl(-1, 5400, 5410)), ""},
 		{"revoked early is fine", leaseOps(history.Op{Kind: history.KindRevoke, Start: 1500 * ms, End: 1510 * ms, Result: history.OK}, ttl(-1, 1600, 1610)), ""},
 		{"alive after revoke", leaseOps(history.Op{Kind: history.KindRevoke, Start: 1500 * ms, End: 1510 * ms, Result: history.OK}, ttl(2, 1600, 1610)), "alive after its revoke"},
+		// The keep-alive sent at 1000 ms promised 4000 ms; the drift margin
+		// of a 3 s TTL is 80 ms.
+		{"early within the margin while clock rates differ", leaseOps(rates(0, 5000), ttl(-1, 3900, 3930)), ""},
+		{"early past the margin while clock rates differ", leaseOps(rates(0, 5000), ttl(-1, 3900, 3910)), "more than the drift margin of 80ms"},
+		{"early within the margin with no clock-rate fault", leaseOps(rates(4100, 5000), ttl(-1, 3900, 3930)), "gone early"},
 		{"a lost keep-alive may renew later", leaseOps(history.Op{Kind: history.KindKeep, Start: 2000 * ms, End: 4000 * ms, Result: history.Unknown}, ttl(1, 6000, 6010)), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

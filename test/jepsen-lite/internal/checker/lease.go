@@ -29,6 +29,14 @@ type LeaseConfig struct {
 	// GapThreshold: a time between two commits longer than this counts in
 	// full as time without a leader (see Availability).
 	GapThreshold time.Duration
+	// ClockFault is the detail prefix of the fault that runs the members'
+	// lease clocks at other rates than the workload's ("": none). A
+	// promise in effect during one is judged as its holder may use it, on
+	// the holder's clock (the checker's), less DriftMargin of its TTL: the
+	// issuer keeps it on its own clock, which may run faster by as much as
+	// the margin allows (internal/drift).
+	ClockFault  string
+	DriftMargin func(ttl time.Duration) time.Duration
 }
 
 type proof struct {
@@ -106,8 +114,8 @@ func Leases(ops []history.Op, cfg LeaseConfig, avail *Availability, faults Fault
 	}
 	slices.Sort(ids)
 	var lateness []int64
-	var unresolved, revoked int
-	earliest, closest := int64(1<<62), int64(1<<62)
+	var unresolved, revoked, skewed int
+	earliest, closest, skewEarliest := int64(1<<62), int64(1<<62), int64(1<<62)
 	for _, id := range ids {
 		l := leases[id]
 		m := checkLease(&r, l, cfg, avail, faults, terms)
@@ -121,6 +129,10 @@ func Leases(ops []history.Op, cfg LeaseConfig, avail *Availability, faults Fault
 		}
 		if m.early != nil {
 			earliest = min(earliest, *m.early)
+			if m.skewed {
+				skewed++
+				skewEarliest = min(skewEarliest, *m.early)
+			}
 		}
 		if m.bound != nil {
 			closest = min(closest, *m.bound)
@@ -130,6 +142,10 @@ func Leases(ops []history.Op, cfg LeaseConfig, avail *Availability, faults Fault
 	r.stat("%d leases granted, %d revoked by their holder, %d never seen gone", len(leases), revoked, unresolved)
 	if earliest < 1<<62 {
 		r.stat("closest to early: first evidence of expiry %s after the last promise ran out", history.Dur(earliest))
+	}
+	if skewEarliest < 1<<62 {
+		r.stat("under clock rates that differ (%s): %d leases ended on their own, closest to early %s after the last promise ran out (allowed: down to minus the drift margin, 1%% of the TTL + 50 ms)",
+			strings.TrimSuffix(cfg.ClockFault, ":"), skewed, history.Dur(skewEarliest))
 	}
 	if closest < 1<<62 {
 		r.stat("closest to the bound: first evidence of expiry %s before the bound", history.Dur(closest))
@@ -154,7 +170,9 @@ type leaseMargins struct {
 	early *int64
 	// bound: the bound minus the first evidence of death.
 	bound *int64
-	line  string
+	// skewed: a promise was judged with the drift margin (ClockFault).
+	skewed bool
+	line   string
 }
 
 // checkLease checks one lease.
@@ -217,14 +235,25 @@ func checkLease(r *Result, l *leaseRec, cfg LeaseConfig, avail *Availability, fa
 	slices.SortFunc(alives, byAt)
 	name := fmt.Sprintf("lease %x (TTL %ds, key %s)", l.id, l.ttl, l.key)
 
+	skewed := false
 	if len(deaths) > 0 {
 		d := deaths[0]
 		// Never early: a death before a promise ran out, where the promise
 		// was made before the death (else it is a comeback, below).
 		for _, p := range promises {
-			if d.at < p.at && d.at < revokeSent && d.at >= p.op.Start {
-				r.add(fmt.Sprintf("%s gone early: %s by %s, but the %s sent at %s promised it until %s (%s early); faults: %s",
-					name, d.what, history.Dur(d.at), p.what, history.Dur(p.op.Start), history.Dur(p.at), history.Dur(p.at-d.at),
+			if d.at >= revokeSent || d.at < p.op.Start {
+				continue
+			}
+			due, allowed := p.at, ""
+			if cfg.ClockFault != "" && faults.Has(cfg.ClockFault, p.op.Start, d.at) {
+				margin := cfg.DriftMargin(time.Duration(p.at - p.op.Start))
+				due -= int64(margin)
+				skewed = true
+				allowed = fmt.Sprintf(", more than the drift margin of %s that clock rates differing allow", margin)
+			}
+			if d.at < due {
+				r.add(fmt.Sprintf("%s gone early: %s by %s, but the %s sent at %s promised it until %s (%s early%s); faults: %s",
+					name, d.what, history.Dur(d.at), p.what, history.Dur(p.op.Start), history.Dur(p.at), history.Dur(p.at-d.at), allowed,
 					strings.Join(faults.During(p.op.Start, d.at), "; ")), p.op, d.op)
 				break
 			}
@@ -266,7 +295,7 @@ func checkLease(r *Result, l *leaseRec, cfg LeaseConfig, avail *Availability, fa
 		}
 	}
 
-	m := leaseMargins{dead: len(deaths) > 0, revoked: revokeSent < 1<<62}
+	m := leaseMargins{dead: len(deaths) > 0, revoked: revokeSent < 1<<62, skewed: skewed}
 	promised := int64(0)
 	for _, p := range promises {
 		promised = max(promised, p.at)

@@ -29,6 +29,9 @@ type Caps struct {
 	PairCuts bool
 	Slow     bool
 	Lossy    bool
+	// ClockRate: each member's lease clock runs at the rate in its
+	// ClockFile, which can change during the run.
+	ClockRate bool
 }
 
 // Cluster is a running corenode cluster the nemesis can hurt.
@@ -56,6 +59,9 @@ type Cluster interface {
 	Lossy(ctx context.Context, stallProb float64, maxStall time.Duration, resetProb float64) error
 	// HealNetwork lifts every network fault.
 	HealNetwork(ctx context.Context) error
+	// ClockFile is the file member i's lease clock takes its rate from
+	// (internal/rateclock; needs Caps.ClockRate); "" when it has none.
+	ClockFile(i int) string
 
 	// Problems lists what went wrong inside members that no client sees
 	// directly: panics, unexpected exits, data races in their logs.

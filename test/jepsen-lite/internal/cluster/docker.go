@@ -165,6 +165,9 @@ func (c *Compose) Name(i int) string     { return fmt.Sprintf("m%d", i+1) }
 func (c *Compose) Endpoint(i int) string { return fmt.Sprintf("127.0.0.1:%d", c.ports[i]) }
 func (c *Compose) Caps() Caps            { return Caps{} }
 
+// ClockFile is "": the compose file passes no test clock to the members.
+func (c *Compose) ClockFile(i int) string { return "" }
+
 func (c *Compose) Kill(ctx context.Context, i int) error {
 	_, err := docker(ctx, "kill", "--signal", "KILL", c.containers[i])
 	return err

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/corenode/corenode/internal/freeport"
+	"github.com/corenode/corenode/internal/rateclock"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/proxy"
 )
 
@@ -74,6 +75,7 @@ type proc struct {
 type Processes struct {
 	bin      string
 	dir      string
+	clockDir string
 	token    string
 	settings Settings
 	log      *slog.Logger
@@ -93,6 +95,11 @@ type ProcessConfig struct {
 	Settings Settings
 	Seed     uint64
 	Log      *slog.Logger
+	// ClockDir, if set, holds a rate file per member (NAME.rate, written
+	// here at 1 before the members start): each member's lease clock runs
+	// at the rate in its file, through the test-only variable
+	// rateclock.Env.
+	ClockDir string
 }
 
 // StartProcesses starts the proxy and every member; it returns when all
@@ -113,7 +120,7 @@ func StartProcesses(ctx context.Context, cfg ProcessConfig) (*Processes, error) 
 func startProcesses(ctx context.Context, cfg ProcessConfig, attempt int) (*Processes, error) {
 	n := cfg.Members
 	p := &Processes{
-		bin: cfg.Binary, dir: cfg.DataDir, settings: cfg.Settings, log: cfg.Log,
+		bin: cfg.Binary, dir: cfg.DataDir, clockDir: cfg.ClockDir, settings: cfg.Settings, log: cfg.Log,
 		token: fmt.Sprintf("jepsen-lite-%d-%d", os.Getpid(), attempt),
 	}
 	px, err := proxy.New(n,
@@ -160,6 +167,14 @@ func startProcesses(ctx context.Context, cfg ProcessConfig, attempt int) (*Proce
 		})
 	}
 	for i := range n {
+		if f := p.ClockFile(i); f != "" {
+			if err := rateclock.WriteRate(f, 1); err != nil {
+				p.Close()
+				return nil, fmt.Errorf("cluster: clock of %s: %w", p.members[i].name, err)
+			}
+		}
+	}
+	for i := range n {
 		if err := p.Start(ctx, i); err != nil {
 			p.Close()
 			return nil, err
@@ -181,7 +196,16 @@ func (p *Processes) Name(i int) string { return p.members[i].name }
 func (p *Processes) Endpoint(i int) string {
 	return fmt.Sprintf("127.0.0.1:%d", p.members[i].clientPort)
 }
-func (p *Processes) Caps() Caps { return Caps{PairCuts: true, Slow: true, Lossy: true} }
+func (p *Processes) Caps() Caps {
+	return Caps{PairCuts: true, Slow: true, Lossy: true, ClockRate: p.clockDir != ""}
+}
+
+func (p *Processes) ClockFile(i int) string {
+	if p.clockDir == "" {
+		return ""
+	}
+	return filepath.Join(p.clockDir, p.members[i].name+".rate")
+}
 
 func (p *Processes) initialCluster() string {
 	var parts []string
@@ -245,6 +269,9 @@ func (p *Processes) Start(ctx context.Context, i int) error {
 	fmt.Fprintf(m.logs, "=== %s jepsen-lite: start %s %s\n", time.Now().Format(time.RFC3339Nano), p.bin, strings.Join(args, " "))
 	cmd := exec.Command(p.bin, args...)
 	cmd.Env = envWithout("CORENODE_", "ETCD_")
+	if f := p.ClockFile(i); f != "" {
+		cmd.Env = append(cmd.Env, rateclock.Env+"=file:"+f)
+	}
 	cmd.Stdout, cmd.Stderr = m.logs, m.logs
 	// Its own process group, so that a Ctrl-C meant for jepsen-lite does
 	// not stop members before the history is written; Pdeathsig so that

@@ -27,6 +27,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/corenode/corenode/internal/rateclock"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/cluster"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/history"
 )
@@ -72,6 +73,13 @@ type Config struct {
 	ActEvery   time.Duration
 	WriteEvery time.Duration
 	Register   string // key of the fenced writes
+	// ClockFile, if set, is a rate file (internal/rateclock): a library
+	// holder measures its lease on a clock running at the rate in it, which
+	// the clock-rate fault changes. The naive holder's clientv3 session has
+	// no clock to give it; it runs at the real rate.
+	ClockFile string
+
+	clock *rateclock.Clock // from ClockFile, made by Main
 }
 
 // Args is the command line that runs a holder with cfg (after Command).
@@ -79,7 +87,7 @@ func (c Config) Args() []string {
 	return []string{
 		"-mode", c.Mode, "-endpoints", strings.Join(c.Endpoints, ","), "-prefix", c.Prefix, "-name", c.Name,
 		"-ttl", c.TTL.String(), "-act-every", c.ActEvery.String(), "-write-every", c.WriteEvery.String(),
-		"-register", c.Register,
+		"-register", c.Register, "-clock-file", c.ClockFile,
 	}
 }
 
@@ -95,6 +103,7 @@ func parse(args []string) (Config, error) {
 	fs.DurationVar(&c.ActEvery, "act-every", 5*time.Millisecond, "time between actions while leading")
 	fs.DurationVar(&c.WriteEvery, "write-every", 20*time.Millisecond, "time between fenced writes while leading")
 	fs.StringVar(&c.Register, "register", "", "key the fenced writes put")
+	fs.StringVar(&c.ClockFile, "clock-file", "", "rate file of the library holder's clock (internal/rateclock); \"\": the real clock")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -154,6 +163,13 @@ func Main(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if cfg.ClockFile != "" {
+		cfg.clock, err = rateclock.FromEnv(ctx, "file:"+cfg.ClockFile, func(err error) { log.Error("holder clock", "err", err) })
+		if err != nil {
+			log.Error("holder", "err", err)
+			return ExitError
+		}
+	}
 	cli, err := cluster.NewClient(cfg.Endpoints)
 	if err != nil {
 		log.Error("holder", "err", err)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/corenode/corenode/client/election"
+	"github.com/corenode/corenode/internal/rateclock"
 )
 
 // Library is the holder that uses corenode's client/election: it leads
@@ -20,12 +22,21 @@ func init() { modes[Library] = campaignLibrary }
 type library struct{ l *election.Leadership }
 
 func campaignLibrary(ctx context.Context, cli *clientv3.Client, cfg Config, log *slog.Logger) (leadership, error) {
-	l, err := election.Campaign(ctx, cli, cfg.Prefix, cfg.Name, election.WithTTL(cfg.TTL), election.WithLogger(log))
+	opts := []election.Option{election.WithTTL(cfg.TTL), election.WithLogger(log)}
+	if cfg.clock != nil {
+		opts = append(opts, election.WithClock(electionClock{cfg.clock}))
+	}
+	l, err := election.Campaign(ctx, cli, cfg.Prefix, cfg.Name, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("holder: campaign: %w", err)
 	}
 	return &library{l: l}, nil
 }
+
+// electionClock is a rate clock as an election.Clock.
+type electionClock struct{ *rateclock.Clock }
+
+func (c electionClock) At(t time.Time, f func()) election.Stopper { return c.Clock.At(t, f) }
 
 func (l *library) leading() (int64, bool) { return l.l.Leading() }
 

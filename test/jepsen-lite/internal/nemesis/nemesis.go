@@ -38,10 +38,16 @@ const (
 	MoveLeader    Kind = "move-leader"    // MoveLeader to a random follower, several times
 	PauseHolder   Kind = "pause-holder"   // SIGSTOP the leading election holder of each mode longer than its TTL
 	PauseReader   Kind = "pause-reader"   // SIGSTOP a cached-read reader process longer than the read lease
+	// ClockRate runs every member's lease clock and every holder's and
+	// reader's clock at 1 ± the spread, each its own sign, drawn again
+	// every few seconds. It runs beside the other faults for the whole
+	// schedule (clock.go), so rates differ while members crash, pause and
+	// move leadership.
+	ClockRate Kind = "clock-rate"
 )
 
 // All is every kind, in the order a full schedule starts from.
-var All = []Kind{KillLeader, KillFollower, PauseLeader, PauseLong, IsolateLeader, Split, Bridge, Slow, Lossy, MoveLeader, PauseHolder, PauseReader}
+var All = []Kind{KillLeader, KillFollower, PauseLeader, PauseLong, IsolateLeader, Split, Bridge, Slow, Lossy, MoveLeader, PauseHolder, PauseReader, ClockRate}
 
 // Holders are the election workload's holder processes, which PauseHolder
 // stops; they are clients, not members, so the cluster does not know them.
@@ -107,6 +113,13 @@ type Config struct {
 	// wait for it, to go through meanwhile.
 	Readers   Readers
 	ReadLease time.Duration
+	// ClockFiles are the rate files (internal/rateclock) of the holder and
+	// reader processes, by name; the members' come from the cluster
+	// (cluster.ClockFile). ClockRate sets them to 1 ± ClockSpread, one
+	// draw each, every ClockEvery (a range).
+	ClockFiles                   map[string]string
+	ClockSpread                  float64
+	ClockEveryMin, ClockEveryMax time.Duration
 }
 
 // Nemesis injects faults into one cluster.
@@ -165,6 +178,8 @@ func (n *Nemesis) Supported(k Kind) bool {
 		return n.cfg.Holders != nil
 	case PauseReader:
 		return n.cfg.Readers != nil
+	case ClockRate:
+		return caps.ClockRate && n.cfg.ClockSpread > 0
 	}
 	return true
 }
@@ -179,13 +194,24 @@ func (n *Nemesis) Counts() (map[Kind]int, int) {
 // Run injects faults until ctx is done: every kind once in a random order,
 // then again in another order, so a schedule long enough for one round
 // has every kind. A fault in effect when ctx ends is healed at once.
+// ClockRate is not in the order: it runs beside it, from start to end.
 func (n *Nemesis) Run(ctx context.Context) {
-	if len(n.cfg.Kinds) == 0 {
+	kinds := n.cfg.Kinds
+	if slices.Contains(kinds, ClockRate) {
+		kinds = slices.DeleteFunc(slices.Clone(kinds), func(k Kind) bool { return k == ClockRate })
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			n.clockRates(ctx)
+		}()
+		defer func() { <-done }()
+	}
+	if len(kinds) == 0 {
 		<-ctx.Done()
 		return
 	}
 	for ctx.Err() == nil {
-		order := slices.Clone(n.cfg.Kinds)
+		order := slices.Clone(kinds)
 		n.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		for _, k := range order {
 			if !sleep(ctx, n.between(n.cfg.QuietMin, n.cfg.QuietMax)) {

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/corenode/corenode/internal/rateclock"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/cachereader"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/history"
 )
@@ -40,6 +41,10 @@ type CachedConfig struct {
 	// RestartAfter is the time between a reader's exit and the start of
 	// its replacement.
 	RestartAfter time.Duration
+	// ClockDir, if set, holds a rate file per reader slot (SLOT.rate, at 1
+	// from Start): its caches judge their leases on a clock at that rate
+	// (ClockFiles).
+	ClockDir string
 }
 
 // Cached is the cached-read workload: reader processes, each with its own
@@ -68,8 +73,9 @@ type readerSlot struct {
 	child
 	name      string
 	endpoints []string
-	member    int // the member its client is pinned to; -1: every member
-	process   int // guarded by Cached.mu
+	member    int    // the member its client is pinned to; -1: every member
+	clock     string // its rate file, or ""
+	process   int    // guarded by Cached.mu
 }
 
 // NewCached makes the workload; Start starts its readers, RunWriter runs a
@@ -87,6 +93,9 @@ func NewCached(e *Env, cfg CachedConfig) *Cached {
 		if k := i % (n + 1); k > 0 {
 			s.endpoints, s.member = []string{cfg.Endpoints[k-1]}, k-1
 		}
+		if cfg.ClockDir != "" {
+			s.clock = filepath.Join(cfg.ClockDir, s.name+".rate")
+		}
 		c.slots = append(c.slots, s)
 		c.add(&s.child)
 	}
@@ -99,6 +108,11 @@ func (c *Cached) Start() error {
 		if err := s.openLog(filepath.Join(c.cfg.LogDir, s.name+".log")); err != nil {
 			return err
 		}
+		if s.clock != "" {
+			if err := rateclock.WriteRate(s.clock, 1); err != nil {
+				return fmt.Errorf("cached-read workload: clock of %s: %w", s.name, err)
+			}
+		}
 	}
 	for _, s := range c.slots {
 		c.keep(c.cfg.RestartAfter, func(n int) { c.runOnce(s, n) })
@@ -106,12 +120,24 @@ func (c *Cached) Start() error {
 	return nil
 }
 
+// ClockFiles are the readers' rate files, by slot name: the clock-rate
+// fault writes them.
+func (c *Cached) ClockFiles() map[string]string {
+	out := map[string]string{}
+	for _, s := range c.slots {
+		if s.clock != "" {
+			out[s.name] = s.clock
+		}
+	}
+	return out
+}
+
 // runOnce runs one reader process until Stop or its end, asking it for one
 // read after another and recording them.
 func (c *Cached) runOnce(s *readerSlot, n int) {
 	e := c.env
 	process := e.NewProcess()
-	rcfg := cachereader.Config{Endpoints: s.endpoints, Name: fmt.Sprintf("%s#%d", s.name, n), Timeout: e.OpTimeout}
+	rcfg := cachereader.Config{Endpoints: s.endpoints, Name: fmt.Sprintf("%s#%d", s.name, n), Timeout: e.OpTimeout, ClockFile: s.clock}
 	cmd := exec.Command(c.cfg.Exe, append([]string{cachereader.Command}, rcfg.Args()...)...)
 	stdin, err := cmd.StdinPipe()
 	var stdout io.ReadCloser

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/corenode/corenode/internal/rateclock"
 	"github.com/corenode/corenode/test/jepsen-lite/internal/history"
 	holderproc "github.com/corenode/corenode/test/jepsen-lite/internal/holder"
 )
@@ -43,6 +44,10 @@ type ElectionConfig struct {
 	// RestartAfter is the time between a holder's exit and the start of
 	// its replacement.
 	RestartAfter time.Duration
+	// ClockDir, if set, holds a rate file per library holder slot
+	// (SLOT.rate, at 1 from Start): its holders measure their leases on a
+	// clock at that rate (ClockFiles). Naive holders run at the real rate.
+	ClockDir string
 }
 
 // Election runs Holders holder processes per mode, each campaigning on its
@@ -67,8 +72,9 @@ type Election struct {
 // slot is one holder position: one process at a time.
 type slot struct {
 	child
-	mode string
-	name string // holder name; each incarnation's campaign value adds a number
+	mode  string
+	name  string // holder name; each incarnation's campaign value adds a number
+	clock string // its rate file, or ""
 
 	// guarded by Election.mu
 	leading bool
@@ -81,6 +87,9 @@ func NewElection(e *Env, cfg ElectionConfig) *Election {
 	for _, m := range cfg.Modes {
 		for i := range cfg.Holders {
 			s := &slot{mode: m, name: fmt.Sprintf("%s-%d", m, i+1)}
+			if cfg.ClockDir != "" && m == holderproc.Library {
+				s.clock = filepath.Join(cfg.ClockDir, "holder-"+s.name+".rate")
+			}
 			el.slots = append(el.slots, s)
 			el.add(&s.child)
 		}
@@ -93,6 +102,11 @@ func (el *Election) Start() error {
 	for _, s := range el.slots {
 		if err := s.openLog(filepath.Join(el.cfg.LogDir, "holder-"+s.name+".log")); err != nil {
 			return err
+		}
+		if s.clock != "" {
+			if err := rateclock.WriteRate(s.clock, 1); err != nil {
+				return fmt.Errorf("election workload: clock of %s: %w", s.name, err)
+			}
 		}
 	}
 	for _, s := range el.slots {
@@ -109,6 +123,7 @@ func (el *Election) runOnce(s *slot, n int) {
 		Mode: s.mode, Endpoints: el.cfg.Endpoints, Prefix: ElectionKey(s.mode),
 		Name: fmt.Sprintf("%s#%d", s.name, n), TTL: el.cfg.TTL,
 		ActEvery: el.cfg.ActEvery, WriteEvery: el.cfg.WriteEvery, Register: RegisterKey(s.mode),
+		ClockFile: s.clock,
 	}
 	cmd := exec.Command(el.cfg.Exe, append([]string{holderproc.Command}, cfg.Args()...)...)
 	stdout, err := cmd.StdoutPipe()
@@ -177,6 +192,18 @@ func (el *Election) record(s *slot, process int, prefix string, ev holderproc.Ev
 		return
 	}
 	el.env.Rec.Add(op)
+}
+
+// ClockFiles are the holders' rate files, by slot name ("holder-" +
+// slot): the clock-rate fault writes them.
+func (el *Election) ClockFiles() map[string]string {
+	out := map[string]string{}
+	for _, s := range el.slots {
+		if s.clock != "" {
+			out["holder-"+s.name] = s.clock
+		}
+	}
+	return out
 }
 
 // setLeading needs el.mu.
