@@ -32,6 +32,12 @@ type ElectionCounts struct {
 	// of a committed write with a higher token.
 	OutOfOrder                     int
 	Committed, Rejected, Uncertain int
+	// Closest is the shortest time from a token's last action to its
+	// successor's first (ns; negative when stale; 0 with no handover): how
+	// near a run came to a stale action, e.g. under clock-rate, where the
+	// drift margin is what keeps them apart.
+	Closest   int64
+	Handovers int
 }
 
 // Summary is the counts on one line.
@@ -58,6 +64,10 @@ func Election(ops []history.Op, modes []ElectionMode) (Result, map[string]Electi
 			m.Name, c.Stale, history.Dur(c.MaxStaleness), c.OutOfOrder)
 		r.stat("%s: %d leaderships, %d actions; fenced writes: %d committed, %d refused, %d indeterminate",
 			m.Name, c.Leaderships, c.Actions, c.Committed, c.Rejected, c.Uncertain)
+		if c.Handovers > 0 {
+			r.stat("%s: closest of %d handovers: the successor's first action %s after the predecessor's last",
+				m.Name, c.Handovers, history.Dur(c.Closest))
+		}
 	}
 	r.Headline = "election: " + strings.Join(line, "; ")
 	return r, counts
@@ -67,6 +77,7 @@ func electionMode(r *Result, ops []history.Op, m ElectionMode) ElectionCounts {
 	var c ElectionCounts
 	var acts, writes []history.Op
 	first := map[int64]history.Op{} // each token's first action
+	last := map[int64]int64{}       // and the time of its last
 	for _, op := range ops {
 		if op.Key != m.Prefix {
 			continue
@@ -78,6 +89,9 @@ func electionMode(r *Result, ops []history.Op, m ElectionMode) ElectionCounts {
 			acts = append(acts, op)
 			if f, ok := first[op.Token]; !ok || op.Start < f.Start {
 				first[op.Token] = op
+			}
+			if l, ok := last[op.Token]; !ok || op.Start > l {
+				last[op.Token] = op.Start
 			}
 		case history.KindFencedPut:
 			switch {
@@ -108,6 +122,13 @@ func electionMode(r *Result, ops []history.Op, m ElectionMode) ElectionCounts {
 		if f := first[t]; earliest == nil || f.Start < earliest.Start {
 			earliest = &f
 		}
+	}
+	for t, s := range successor {
+		gap := s.Start - last[t]
+		if c.Handovers == 0 || gap < c.Closest {
+			c.Closest = gap
+		}
+		c.Handovers++
 	}
 	type episode struct {
 		n         int

@@ -103,3 +103,26 @@ func TestElectionHeadline(t *testing.T) {
 		t.Fatalf("naive counts made the result invalid: %v", r.Anomalies)
 	}
 }
+
+// TestElectionClosestHandover: how near a run came to a stale action is
+// the shortest time from a token's last action to its successor's first.
+func TestElectionClosestHandover(t *testing.T) {
+	const lib = "jlelect/library"
+	modes := []ElectionMode{{Name: "library", Prefix: lib, Strict: true}}
+	for _, tc := range []struct {
+		name               string
+		ops                []history.Op
+		closest, handovers int64
+	}{
+		{"two handovers", h(act(lib, 10, 0), act(lib, 10, 5), act(lib, 20, 6), act(lib, 20, 11), act(lib, 30, 40)), 1 * ms, 2},
+		{"stale is negative", h(act(lib, 10, 0), act(lib, 20, 100), act(lib, 10, 2600)), -2500 * ms, 1},
+		{"no handover", h(act(lib, 10, 0), act(lib, 10, 5)), 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, counts := Election(tc.ops, modes)
+			if got := counts["library"]; got.Closest != tc.closest || int64(got.Handovers) != tc.handovers {
+				t.Errorf("closest %v of %d handovers, want %v of %d", got.Closest, got.Handovers, tc.closest, tc.handovers)
+			}
+		})
+	}
+}
