@@ -18,17 +18,19 @@ import (
 // watchers and serializable readers would see.
 const commitNotifyDelay = 500 * time.Microsecond
 
-// serveFollowers runs while this member leads term and keeps a commit
-// teller (tellCommits) per follower of the current configuration.
-func (n *Node) serveFollowers(ctx context.Context, term uint64) {
+// serveFollowers runs while this member leads term and keeps, per
+// follower of the current configuration, a commit teller (tellCommits) and
+// an early sender (sendEarly, fed through e by the log store).
+func (n *Node) serveFollowers(ctx context.Context, term uint64, e *earlyReplication) {
 	type teller struct {
 		addr raft.ServerAddress
 		stop context.CancelFunc
 	}
 	tellers := map[raft.ServerID]teller{}
 	defer func() {
-		for _, t := range tellers {
+		for id, t := range tellers {
 			t.stop()
+			e.remove(id)
 		}
 	}()
 	// This leader's own membership changes wake it at once; the look every
@@ -48,6 +50,7 @@ func (n *Node) serveFollowers(ctx context.Context, term uint64) {
 			for id, t := range tellers {
 				if addr, ok := current[id]; !ok || addr != t.addr {
 					t.stop()
+					e.remove(id)
 					delete(tellers, id)
 				}
 			}
@@ -56,6 +59,7 @@ func (n *Node) serveFollowers(ctx context.Context, term uint64) {
 					tctx, stop := context.WithCancel(ctx)
 					tellers[id] = teller{addr: addr, stop: stop}
 					go n.tellCommits(tctx, term, id, addr)
+					go n.sendEarly(tctx, term, id, addr, e.add(id))
 				}
 			}
 		}
@@ -155,15 +159,17 @@ func (n *Node) tellCommits(ctx context.Context, term uint64, id raft.ServerID, a
 // that its log matches ours up to there before it commits anything; it
 // carries no entries, and a follower of a later term refuses it.
 func (n *Node) sendCommit(term uint64, id raft.ServerID, addr raft.ServerAddress, index uint64) error {
-	return n.appendAfter(term, id, addr, index, index)
+	return n.appendAfter(term, id, addr, index, nil, index, false)
 }
 
-// appendAfter sends follower id, as this term's leader, an append of no
-// entries after prev with commit as the leader's commit index, and fails
-// unless the follower took it. The follower's log must hold prev with the
-// term ours has there; commit must be at most prev, which the follower's
-// log then matches ours up to.
-func (n *Node) appendAfter(term uint64, id raft.ServerID, addr raft.ServerAddress, prev, commit uint64) error {
+// appendAfter sends follower id, as this term's leader, the entries after
+// prev (possibly none) with commit as the leader's commit index, and fails
+// unless the follower took them. The follower's log must hold prev with
+// the term ours has there; commit must be at most prev, which the
+// follower's log then matches ours up to. An early append (early.go) is
+// marked as one, so that raft's own append of the same entries waits for
+// its answer.
+func (n *Node) appendAfter(term uint64, id raft.ServerID, addr raft.ServerAddress, prev uint64, entries []*raft.Log, commit uint64, early bool) error {
 	var prevTerm uint64
 	if prev > 0 {
 		var l raft.Log
@@ -179,10 +185,15 @@ func (n *Node) appendAfter(term uint64, id raft.ServerID, addr raft.ServerAddres
 		Leader:            hdr.Addr,
 		PrevLogEntry:      prev,
 		PrevLogTerm:       prevTerm,
+		Entries:           entries,
 		LeaderCommitIndex: commit,
 	}
 	var resp raft.AppendEntriesResponse
-	if err := n.repl.AppendEntries(id, addr, req, &resp); err != nil {
+	send := n.repl.AppendEntries
+	if early {
+		send = n.repl.appendEarly
+	}
+	if err := send(id, addr, req, &resp); err != nil {
 		return err
 	}
 	if !resp.Success {

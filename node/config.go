@@ -102,6 +102,10 @@ type Config struct {
 	Auth *auth.Store
 	// Metrics, when set, registers the member's raft, proposal and disk series.
 	Metrics prometheus.Registerer
+
+	// wrapLog, in tests, wraps the raft log store under the early
+	// replication hook (to hold a write and see what followers get).
+	wrapLog func(raft.LogStore) raft.LogStore
 }
 
 // withDefaults is cfg with its zero durations and counts, and its logger,

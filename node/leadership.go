@@ -103,11 +103,16 @@ func (n *Node) lead(ctx context.Context) {
 	n.smu.Lock()
 	services := slices.Clone(n.services)
 	n.smu.Unlock()
+	// The term's early replication (early.go): the log store offers it
+	// this term's entries from now until the term ends here.
+	e := newEarlyReplication(term)
+	n.early.Store(e)
+	defer n.early.CompareAndSwap(e, nil)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		n.serveFollowers(ctx, term)
+		n.serveFollowers(ctx, term, e)
 	}()
 	for _, s := range services {
 		wg.Add(1)

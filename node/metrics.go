@@ -15,6 +15,10 @@ type metrics struct {
 	proposalsFail prometheus.Counter
 	applyLatency  prometheus.Histogram
 	leaderChanges prometheus.Counter
+	earlyAppends  prometheus.Counter
+	// raftAppends counts raft's own appends that carry entries, by what
+	// became of them (replication.appendEntries).
+	raftAppends *prometheus.CounterVec
 }
 
 // latencyBuckets span a loopback commit (sub-millisecond) to a stalled disk.
@@ -30,6 +34,11 @@ func newMetrics() *metrics {
 			Help: "Time from proposing a command to its being applied on this member.", Buckets: latencyBuckets}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_raft_leader_changes_total",
 			Help: "Leader changes this member has seen."}),
+		earlyAppends: prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_raft_early_appends_total",
+			Help: "Appends this member, as leader, sent a follower while it wrote the same entries to its own disk, and the follower took."}),
+		raftAppends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corenode_raft_leader_appends_total",
+			Help: "hashicorp/raft's appends of entries to a follower, by outcome: sent as built, trimmed (sent without the entries the follower had acknowledged from an early append), answered (every entry acknowledged: answered without a round trip)."},
+			[]string{"outcome"}),
 	}
 }
 
@@ -44,7 +53,7 @@ func (m *metrics) register(reg prometheus.Registerer, n *Node) {
 		}
 		return 0
 	}
-	reg.MustRegister(m.proposals, m.proposalsFail, m.applyLatency, m.leaderChanges,
+	reg.MustRegister(m.proposals, m.proposalsFail, m.applyLatency, m.leaderChanges, m.earlyAppends, m.raftAppends,
 		gauge("corenode_raft_has_leader", "1 if this member knows a leader.", func() float64 {
 			_, id := n.leader()
 			return boolean(id != "")

@@ -65,6 +65,10 @@ type Node struct {
 	obs     *raft.Observer
 	obsCh   chan raft.Observation
 
+	// early is the current leadership term's early replication (nil when
+	// not leading); the log store offers it the leader's new entries.
+	early atomic.Pointer[earlyReplication]
+
 	// readyTerm is the term in which this member, as leader, has applied all
 	// earlier entries; linearizable reads wait for it.
 	readyTerm atomic.Uint64
@@ -177,16 +181,25 @@ func New(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("node: log cache: %w", err)
 	}
-	// raft writes through these, so that a failed write marks the member
-	// unable to persist (logstore.Health); n.logs, for reads, skips them.
-	raftLogs := n.health.Guard(logs)
-	stable := n.health.Stable(store, n.stop)
-
-	n.repl = newReplication(cfg.Transport, n.health)
-	n.termStore = store
-	n.repl.checkAppend = n.checkAppend
 	notify := make(chan bool, 16)
 	rc := raftConfig(cfg, notify)
+	// raft writes through these, so that a failed write marks the member
+	// unable to persist (logstore.Health); n.logs, for reads, skips them.
+	var raftLogs raft.LogStore = n.health.Guard(logs)
+	if cfg.wrapLog != nil {
+		raftLogs = cfg.wrapLog(raftLogs)
+	}
+	// Outermost: a batch is offered to the followers before it is written.
+	raftLogs = earlyLogStore{raftLogs, n}
+	stable := n.health.Stable(store, n.stop)
+
+	// An acknowledgement answers raft's append for up to a heartbeat
+	// interval (raft takes the answer as contact with the follower); raft's
+	// append waits up to half a heartbeat timeout for an early append on
+	// the wire, well inside the leader lease.
+	n.repl = newReplication(cfg.Transport, n.health, n.metrics, cfg.HeartbeatInterval, rc.HeartbeatTimeout/2)
+	n.termStore = store
+	n.repl.checkAppend = n.checkAppend
 
 	if cfg.ForceNewCluster {
 		rec, err := n.forceNewCluster(rc, raftLogs, stable, snaps, n.repl)

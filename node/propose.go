@@ -139,10 +139,12 @@ func (n *Node) propose(ctx context.Context, cmd fsm.Command, data []byte) (any, 
 		case errors.Is(err, raft.ErrNotLeader):
 			return nil, 0, ErrNotLeader
 		case errors.Is(err, logstore.ErrCannotPersist):
-			// This leader could not store the entry, so raft stepped it
-			// down before replicating it (dispatchLogs, raft.go:1266): it
-			// is stored nowhere, and the request may go to whoever leads.
-			return nil, 0, ErrNotLeader
+			// This leader could not store the entry, and raft stepped it
+			// down (dispatchLogs, raft.go:1266); but early replication
+			// (early.go) offered the entry to the followers before the
+			// write, so one may hold it and the next leader commit it.
+			// Its outcome is unknown: sent again, it could apply twice.
+			return nil, 0, ErrLeaderChanged
 		case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
 			return nil, 0, ErrLeaderChanged
 		case errors.Is(err, raft.ErrRaftShutdown):

@@ -98,7 +98,7 @@ func (f fakeAges) ClusterAge(_ context.Context, addr raft.ServerAddress) (time.D
 // does not reach it now.
 func TestConnectedSince(t *testing.T) {
 	now := time.Unix(1000, 0)
-	repl := newReplication(nil, logstore.NewHealth(quiet))
+	repl := newReplication(nil, logstore.NewHealth(quiet), newMetrics(), time.Second, time.Second)
 	repl.now = func() time.Time { return now }
 	n := &Node{cfg: Config{ID: 1}, repl: repl}
 	vs := []memberView{

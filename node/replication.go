@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/corenode/corenode/logstore"
 )
@@ -23,9 +24,28 @@ import (
 //     little: a follower stores appends one at a time anyway, and each
 //     append carries every entry waiting (up to MaxAppendEntries).
 //   - On the leader it watches every append and its answer, so the commit
-//     teller (tellCommits) knows, per follower, the last index that
-//     follower acknowledged holding in this term, the highest commit index
-//     it has been told, and whether an append to it is in flight.
+//     teller (tellCommits) and the early sender (sendEarly) know, per
+//     follower, the last index that follower acknowledged holding in this
+//     term, the highest commit index it has been told, and whether an
+//     append to it is in flight.
+//   - It answers raft's appends from what followers already acknowledged.
+//     Early replication (early.go) sends a follower new entries before
+//     raft's replicator does; raft then sends the same entries again. An
+//     append of raft's waits (boundedly) for an early append to that
+//     follower on the wire, is sent without the entries the follower has
+//     acknowledged in this term, and is answered here, without a round
+//     trip, when no entry is left. That answer is true: a follower that
+//     acknowledged an entry from this term's leader holds it durably with
+//     the leader's log up to it, and no later leader can be elected without
+//     that follower's log or a quorum holding the entry (Raft's election
+//     restriction), so the entry counts towards its quorum whatever the
+//     follower has heard since. raft also takes the answer as contact with
+//     the follower (its leader lease), so it is given only from an
+//     acknowledgement younger than answerAge; an older one lets raft's
+//     append go, and the follower, finding the entries held, stores nothing
+//     and answers. This member does not use raft's VerifyLeader, which
+//     would count such an answer as a confirmation of leadership
+//     (confirmTerm asks every time).
 //   - While this member cannot persist its raft state (logstore.Health) it sends
 //     no RequestPreVote and no RequestVote: raft counts a failed pre-vote
 //     request as refused (preElectSelf, raft.go:2050), so a candidacy that
@@ -49,13 +69,22 @@ import (
 // append's last entry.
 //
 // Concurrency: raft calls the Transport methods from its replication,
-// heartbeat and main goroutines at once; the commit tellers call
-// AppendEntries and progress from their own goroutines. mu guards peers.
+// heartbeat and main goroutines at once; the commit tellers and early
+// senders call AppendEntries, appendEarly and progress from their own
+// goroutines. mu guards peers.
 // Consumer starts one goroutine, which passes the received RPCs on to raft
 // and ends when raft closes the transport (Close).
 type replication struct {
 	raft.Transport
 	health *logstore.Health
+
+	// answerAge is how old a follower's acknowledgement may be for raft's
+	// append to be answered from it; earlyWait is how long raft's append
+	// waits for an early append on the wire (see replication).
+	answerAge, earlyWait time.Duration
+	// sent, trimmed and answered count raft's appends of entries by what
+	// became of them.
+	sentAppends, trimmedAppends, answeredAppends prometheus.Counter
 
 	consumeOnce sync.Once
 	consumer    chan raft.RPC
@@ -102,14 +131,30 @@ type peerProgress struct {
 	// sent is the last index of the entries this leader has sent it, in
 	// appends answered or not, and falls back to match when one fails.
 	sent uint64
+	// ackAt is when match last moved, by an answer that came from it.
+	ackAt time.Time
+	// wire is the early append to it on the wire, nil if none.
+	wire *earlyWire
 	// changed is closed and replaced whenever an append to it completes.
 	changed chan struct{}
 }
 
-func newReplication(t raft.Transport, health *logstore.Health) *replication {
+// earlyWire is an early append on its way: entries first through last,
+// done closed once its answer (or failure) is recorded.
+type earlyWire struct {
+	first, last uint64
+	done        chan struct{}
+}
+
+func newReplication(t raft.Transport, health *logstore.Health, m *metrics, answerAge, earlyWait time.Duration) *replication {
 	return &replication{Transport: t, health: health, peers: map[raft.ServerID]*peerProgress{},
 		active: map[raft.ServerID]time.Time{}, now: time.Now,
-		consumer: make(chan raft.RPC), closed: make(chan struct{})}
+		consumer: make(chan raft.RPC), closed: make(chan struct{}),
+		answerAge: answerAge, earlyWait: earlyWait,
+		sentAppends:     m.raftAppends.WithLabelValues("sent"),
+		trimmedAppends:  m.raftAppends.WithLabelValues("trimmed"),
+		answeredAppends: m.raftAppends.WithLabelValues("answered"),
+	}
 }
 
 // ErrTransfereeCannotPersist is a member's refusal of a leadership
@@ -201,7 +246,8 @@ func (r *replication) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (
 	return nil, raft.ErrPipelineReplicationNotSupported
 }
 
-// AppendEntries is raft's (and the commit teller's): it sends an append
+// AppendEntries is raft's (and the commit teller's): it sends an append,
+// or answers raft's from what the follower acknowledged (see replication),
 // and records what the answer proves.
 func (r *replication) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	if args.PrevLogEntry == 0 && len(args.Entries) == 0 && args.LeaderCommitIndex == 0 {
@@ -212,25 +258,67 @@ func (r *replication) AppendEntries(id raft.ServerID, target raft.ServerAddress,
 		r.reached(id, err)
 		return err
 	}
+	return r.appendEntries(id, target, args, resp, false)
+}
+
+// appendEarly sends an early append (early.go) and records its answer;
+// while it is on the wire, raft's append of its entries waits for it.
+func (r *replication) appendEarly(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	return r.appendEntries(id, target, args, resp, true)
+}
+
+func (r *replication) appendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse, early bool) error {
 	last := args.PrevLogEntry
 	if n := len(args.Entries); n > 0 {
 		last = args.Entries[n-1].Index
 	}
+	raftEntries := !early && len(args.Entries) > 0
+	r.mu.Lock()
+	send := args
+	if raftEntries {
+		send = r.trimLocked(id, args)
+	}
 	// Only an append of the records' own term counts as in flight: one of
 	// an earlier term (a deposed leader's replicator still winding down
 	// when this member leads again) would never be uncounted below.
-	r.mu.Lock()
 	p := r.peerLocked(id, args.Term)
-	counted := p.term == args.Term
+	counted := p.term == args.Term && send != nil
+	var wire *earlyWire
 	if counted {
 		p.inflight++
-		if len(args.Entries) > 0 {
+		if len(send.Entries) > 0 {
 			p.sent = max(p.sent, last)
+		}
+		if early && len(args.Entries) > 0 {
+			wire = &earlyWire{first: args.Entries[0].Index, last: last, done: make(chan struct{})}
+			p.wire = wire
 		}
 	}
 	r.mu.Unlock()
 
-	err := r.Transport.AppendEntries(id, target, args, resp)
+	if raftEntries {
+		switch send {
+		case nil:
+			r.answeredAppends.Inc()
+		case args:
+			r.sentAppends.Inc()
+		default:
+			r.trimmedAppends.Inc()
+		}
+	}
+	var err error
+	if send == nil {
+		// The follower acknowledged every entry: answer as it did.
+		*resp = raft.AppendEntriesResponse{
+			RPCHeader: raft.RPCHeader{ProtocolVersion: args.ProtocolVersion, ID: []byte(id), Addr: r.EncodePeer(id, target)},
+			Term:      args.Term, LastLog: last, Success: true,
+		}
+		r.mu.Lock()
+		r.peerLocked(id, args.Term).changedLocked()
+		r.mu.Unlock()
+		return nil
+	}
+	err = r.Transport.AppendEntries(id, target, send, resp)
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -238,21 +326,91 @@ func (r *replication) AppendEntries(id raft.ServerID, target raft.ServerAddress,
 	if counted && p.term == args.Term {
 		p.inflight--
 	}
+	if wire != nil {
+		if p.wire == wire {
+			p.wire = nil
+		}
+		close(wire.done)
+	}
 	if err != nil {
 		p.forgetTold(args.Term)
 	}
 	r.reachedLocked(id, err)
 	if err == nil && resp.Success && resp.Term == args.Term && p.term == args.Term {
 		p.match = max(p.match, last)
+		p.ackAt = r.now()
 		// The follower set its commit index to min(LeaderCommitIndex, its
 		// last index), and its last index is at least last.
-		p.told = max(p.told, min(args.LeaderCommitIndex, last))
-	} else if len(args.Entries) > 0 && p.term == args.Term {
+		p.told = max(p.told, min(send.LeaderCommitIndex, last))
+	} else if len(send.Entries) > 0 && p.term == args.Term {
 		p.sent = p.match
 	}
 	p.sent = max(p.sent, p.match)
 	p.changedLocked()
 	return err
+}
+
+// trimLocked returns what to send of raft's append args: nil when the
+// follower acknowledged all of its entries in args' term, recently enough
+// (answerAge), args without those it acknowledged otherwise. It first
+// waits, with mu released, while an early append that holds the append's
+// first entry is on the wire, for at most earlyWait: that answer decides
+// what is left to send. raft reads args again once the call returns (its
+// last entry, for the follower's match), so args is not changed; a
+// trimmed append is a copy.
+func (r *replication) trimLocked(id raft.ServerID, args *raft.AppendEntriesRequest) *raft.AppendEntriesRequest {
+	var timeout <-chan time.Time
+	for {
+		p := r.peerLocked(id, args.Term)
+		if p.term != args.Term {
+			return args
+		}
+		if p.match >= args.Entries[len(args.Entries)-1].Index {
+			break // all acknowledged
+		}
+		first := max(args.Entries[0].Index, p.match+1)
+		w := p.wire
+		if w == nil || first < w.first || first > w.last || r.earlyWait <= 0 {
+			break
+		}
+		if timeout == nil {
+			t := time.NewTimer(r.earlyWait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		r.mu.Unlock()
+		waited := true
+		select {
+		case <-w.done:
+		case <-r.closed:
+			waited = false
+		case <-timeout:
+			waited = false
+		}
+		r.mu.Lock()
+		if !waited {
+			break
+		}
+	}
+	p := r.peerLocked(id, args.Term)
+	if p.term != args.Term || p.match < args.Entries[0].Index {
+		return args
+	}
+	k := 0 // args.Entries[k] is the last entry acknowledged
+	for k+1 < len(args.Entries) && args.Entries[k+1].Index <= p.match {
+		k++
+	}
+	if k == len(args.Entries)-1 {
+		if r.now().Sub(p.ackAt) > r.answerAge {
+			return args
+		}
+		return nil
+	}
+	trimmed := *args
+	trimmed.PrevLogEntry = args.Entries[k].Index
+	trimmed.PrevLogTerm = args.Entries[k].Term
+	trimmed.Entries = args.Entries[k+1:]
+	return &trimmed
 }
 
 // unreachable notes that an append to id failed in transport: the

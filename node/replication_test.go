@@ -49,7 +49,7 @@ func newRecordingReplication(t *testing.T) (*replication, *recordingTransport) {
 	t.Helper()
 	_, inmem := raft.NewInmemTransport("leader")
 	rt := &recordingTransport{InmemTransport: inmem}
-	return newReplication(rt, logstore.NewHealth(quiet)), rt
+	return newReplication(rt, logstore.NewHealth(quiet), newMetrics(), time.Second, time.Second), rt
 }
 
 // entries returns log entries first through last of term.
@@ -198,7 +198,7 @@ func (t *shapeTransport) AppendEntries(id raft.ServerID, target raft.ServerAddre
 func TestNoVoteRequestsWhileUnwritable(t *testing.T) {
 	_, inmem := raft.NewInmemTransport("a")
 	s := logstore.NewHealth(quiet)
-	r := newReplication(inmem, s)
+	r := newReplication(inmem, s, newMetrics(), time.Second, time.Second)
 	s.Fail("append to the raft log", errDiskFull)
 	if err := r.RequestPreVote("b", "b", &raft.RequestPreVoteRequest{}, &raft.RequestPreVoteResponse{}); !errors.Is(err, errNoCampaign) {
 		t.Fatalf("pre-vote request while unable to persist: %v", err)
@@ -224,7 +224,7 @@ func TestTimeoutNowRefusedWhileUnwritable(t *testing.T) {
 	a.Connect(addrB, b)
 	b.Connect(addrA, a)
 	s := logstore.NewHealth(quiet)
-	r := newReplication(b, s)
+	r := newReplication(b, s, newMetrics(), time.Second, time.Second)
 	defer r.Close()
 	consumer := r.Consumer()
 
@@ -287,7 +287,7 @@ func (t *heldTransport) AppendEntries(_ raft.ServerID, _ raft.ServerAddress, arg
 func TestSentCoversAppendsInFlight(t *testing.T) {
 	_, inmem := raft.NewInmemTransport("leader")
 	ht := &heldTransport{InmemTransport: inmem, entered: make(chan struct{}), answer: make(chan bool)}
-	r := newReplication(ht, logstore.NewHealth(quiet))
+	r := newReplication(ht, logstore.NewHealth(quiet), newMetrics(), time.Second, time.Second)
 	const f = raft.ServerID("f1")
 	send := func(req *raft.AppendEntriesRequest, ok bool) (check func()) {
 		done := make(chan struct{})

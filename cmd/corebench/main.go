@@ -24,6 +24,7 @@ var commands = []command{
 	{"cached-range", "Range one key through a client-side cache: --cache corenode (read leases) or leasing (etcd's client/v3/leasing)", setupCachedRange},
 	{"cached-put", "one writer puts a key that --holders caches read (and --dead-holder holds without answering): the write's cost of read leases", setupCachedPut},
 	{"fanout-rtt", "one round trip to --conns clients at once (a progress request on each one's watch stream): cached-put's baseline for a write's round to its holders", setupFanout},
+	{"lock", "acquire and release a clientv3 concurrency.Mutex (one session per client): the cost of a lock", setupLock},
 	{"txn-put", "Txn with --txn-ops puts and no compares (etcd's `benchmark txn-put`)", setupTxnPut},
 	{"lease-grant", "LeaseGrant", setupLeaseGrant},
 	{"lease-keepalive", "KeepAliveOnce on pre-granted leases (etcd's `benchmark lease-keepalive`)", setupLeaseKeepAlive},

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -32,6 +33,13 @@ const (
 // binaryEnv names a prebuilt server binary to use instead of building
 // ./cmd/corenode; pointing it at etcd checks the test against the reference.
 const binaryEnv = "CORENODE_E2E_BINARY"
+
+// diskLatencyEnv, set to microseconds, runs every member under strace,
+// which makes each of its fsync and fdatasync calls take that much longer:
+// a slow disk of its own per member, as scripts/bench-vs-etcd
+// --disk-latency gives. It widens the windows the kill tests aim at (the
+// leader's entries on a follower's disk before its own).
+const diskLatencyEnv = "CORENODE_E2E_DISK_LATENCY"
 
 type member struct {
 	name      string
@@ -220,6 +228,10 @@ func (c *cluster) start(m *member) error {
 	args := c.flags(m)
 	fmt.Fprintf(m.logs, "=== %s start: %s %s\n", time.Now().Format(time.RFC3339Nano), c.bin, strings.Join(args, " "))
 	cmd := exec.Command(c.bin, args...)
+	if us := os.Getenv(diskLatencyEnv); us != "" {
+		cmd = exec.Command("strace", append([]string{"-f", "--seccomp-bpf", "-qq", "-o", "/dev/null",
+			"-e", "trace=fsync,fdatasync", "-e", "inject=fsync,fdatasync:delay_exit=" + us, "--", c.bin}, args...)...)
+	}
 	cmd.Env = envWithout("CORENODE_", "ETCD_")
 	cmd.Stdout = m.logs
 	cmd.Stderr = m.logs
@@ -252,6 +264,15 @@ func (m *member) running() bool {
 func (c *cluster) kill(m *member) {
 	if !m.running() {
 		return
+	}
+	if os.Getenv(diskLatencyEnv) != "" {
+		// The member is strace's child: strace, killed, would let it run on.
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", m.cmd.Process.Pid, m.cmd.Process.Pid)); err == nil {
+			var child int
+			if _, err := fmt.Sscan(string(b), &child); err == nil {
+				syscall.Kill(child, syscall.SIGKILL)
+			}
+		}
 	}
 	m.cmd.Process.Kill()
 	select {

@@ -429,11 +429,51 @@ func testLeaseExpiryWhileLeaderKilled(t *testing.T, c *cluster) {
 	}
 }
 
-// testDurability kills every member while writes are still in flight; only
-// writes the cluster acknowledged are promised to survive.
+// testDurability: writes flow through every member from 8 clients while
+// the leader is killed (SIGKILL) and restarted, then a follower, then every
+// member at once; after the last restart every acknowledged write is on
+// every member. The leader sends new entries to its followers while it
+// writes them itself (node/early.go), so a killed leader may have sent an
+// entry it never stored, and a killed follower may have stored one the
+// leader had not yet: neither may cost an acknowledged write.
 func testDurability(t *testing.T, c *cluster) {
-	const want = 200
-	acked, attempted := writeUntilAcked(t, c, want)
+	w := startWriters(t, c, "/dur/")
+	defer w.stop()
+
+	w.waitAcked(t, 100)
+	_, leader := c.leader(t, c.endpoints())
+	c.kill(leader)
+	n := w.waitAcked(t, 100)
+	t.Logf("durability: %d writes acknowledged after SIGKILL of leader %s", n, leader.name)
+	if err := c.start(leader); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.waitHealthy(c.members, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	w.waitAcked(t, 50)
+	_, leader = c.leader(t, c.endpoints())
+	var follower *member
+	for _, m := range c.members {
+		if m != leader {
+			follower = m
+			break
+		}
+	}
+	c.kill(follower)
+	n = w.waitAcked(t, 100)
+	t.Logf("durability: %d writes acknowledged after SIGKILL of follower %s", n, follower.name)
+	if err := c.start(follower); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.waitHealthy(c.members, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	w.waitAcked(t, 100)
+	c.killAll()
+	acked, attempted := w.stop()
 	t.Logf("durability: %d writes acknowledged of %d attempted before all members were killed", len(acked), attempted)
 
 	if err := c.startAll(); err != nil {
@@ -453,54 +493,85 @@ func testDurability(t *testing.T, c *cluster) {
 	}
 }
 
-func writeUntilAcked(t *testing.T, c *cluster, want int) (map[string]string, int64) {
-	t.Helper()
-	cli := newClient(t, c.endpoints())
-	defer cli.Close()
+// writers are 8 clients putting unique keys under a prefix, through every
+// member, until stopped; they keep what was acknowledged.
+type writers struct {
+	cli     *clientv3.Client
+	mu      sync.Mutex
+	acked   map[string]string
+	changed chan struct{} // closed and replaced at each acknowledgement
+	next    atomic.Int64
+	cut     context.CancelFunc
+	wg      sync.WaitGroup
+	stopped bool
+}
 
-	var (
-		mu       sync.Mutex
-		acked    = map[string]string{}
-		next     atomic.Int64
-		enough   = make(chan struct{})
-		once     sync.Once
-		wg       sync.WaitGroup
-		ctx, cut = context.WithCancel(context.Background())
-	)
-	defer cut()
+func startWriters(t *testing.T, c *cluster, prefix string) *writers {
+	t.Helper()
+	ctx, cut := context.WithCancel(context.Background())
+	w := &writers{cli: newClient(t, c.endpoints()), acked: map[string]string{}, changed: make(chan struct{}), cut: cut}
 	for range 8 {
-		wg.Add(1)
+		w.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer w.wg.Done()
 			for ctx.Err() == nil {
-				i := next.Add(1) - 1
-				key, val := fmt.Sprintf("/dur/%05d", i), fmt.Sprintf("value-%d", i)
+				i := w.next.Add(1) - 1
+				key, val := fmt.Sprintf("%s%05d", prefix, i), fmt.Sprintf("value-%d", i)
 				pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				_, err := cli.Put(pctx, key, val)
+				_, err := w.cli.Put(pctx, key, val)
 				cancel()
 				if err != nil {
+					time.Sleep(10 * time.Millisecond)
 					continue
 				}
-				mu.Lock()
-				acked[key] = val
-				if len(acked) >= want {
-					once.Do(func() { close(enough) })
-				}
-				mu.Unlock()
+				w.mu.Lock()
+				w.acked[key] = val
+				close(w.changed)
+				w.changed = make(chan struct{})
+				w.mu.Unlock()
 			}
 		}()
 	}
-	select {
-	case <-enough:
-	case <-time.After(30 * time.Second):
-		cut()
-		wg.Wait()
-		t.Fatalf("only %d of %d writes acknowledged within 30s", len(acked), want)
+	return w
+}
+
+// waitAcked waits until n more writes than now are acknowledged, and
+// returns how many there are then.
+func (w *writers) waitAcked(t *testing.T, n int) int {
+	t.Helper()
+	w.mu.Lock()
+	want := len(w.acked) + n
+	w.mu.Unlock()
+	deadline := time.After(30 * time.Second)
+	for {
+		w.mu.Lock()
+		got, changed := len(w.acked), w.changed
+		w.mu.Unlock()
+		if got >= want {
+			return got
+		}
+		select {
+		case <-changed:
+		case <-deadline:
+			t.Fatalf("only %d of %d writes acknowledged within 30s", got, want)
+		}
 	}
-	c.killAll()
-	cut()
-	wg.Wait()
-	return acked, next.Load()
+}
+
+// stop ends the writers and returns the acknowledged writes and how many
+// were attempted.
+func (w *writers) stop() (map[string]string, int64) {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return w.acked, w.next.Load()
+	}
+	w.stopped = true
+	w.mu.Unlock()
+	w.cut()
+	w.wg.Wait()
+	w.cli.Close()
+	return w.acked, w.next.Load()
 }
 
 func checkAcked(t *testing.T, how string, eps []string, prefix string, acked map[string]string, serializable bool, wait time.Duration) {
