@@ -82,8 +82,8 @@ type replication struct {
 	// append to be answered from it; earlyWait is how long raft's append
 	// waits for an early append on the wire (see replication).
 	answerAge, earlyWait time.Duration
-	// sent, trimmed and answered count raft's appends of entries by what
-	// became of them.
+	// sentAppends, trimmedAppends and answeredAppends count raft's appends
+	// of entries by what became of them.
 	sentAppends, trimmedAppends, answeredAppends prometheus.Counter
 
 	consumeOnce sync.Once
@@ -131,7 +131,8 @@ type peerProgress struct {
 	// sent is the last index of the entries this leader has sent it, in
 	// appends answered or not, and falls back to match when one fails.
 	sent uint64
-	// ackAt is when match last moved, by an answer that came from it.
+	// ackAt is when it last took an append of this term: how fresh the
+	// contact an answer from match would report to raft is.
 	ackAt time.Time
 	// wire is the early append to it on the wire, nil if none.
 	wire *earlyWire
