@@ -1,0 +1,525 @@
+// This file is not part of corenode's module. scripts/etcd-robustness adds
+// it to etcd's robustness package (go.etcd.io/etcd/tests/v3/robustness, the
+// release the script names) with `go test -overlay`, and runs only the test
+// below. It drives etcd's own harness — runScenario, the traffic, the
+// failpoints, validate.ValidateAndReturnVisualize — and changes three things:
+//
+//   - Which runs. etcd's TestRobustnessExploratory draws one failpoint per
+//     scenario at random, most of them gofail's (compiled into etcd's
+//     failpoint build only). Here every scenario runs with every failpoint
+//     that acts on the process or the network (nonGofail below) and that
+//     etcd's own Available check allows for it, plus the regression
+//     scenarios that need no gofail. The gofail HTTP port is not configured.
+//   - Where the persisted requests come from. etcd's harness reads them from
+//     the members' WAL files (report/wal.go). corenode's raft log is another
+//     format in another place, so persistedFromClients rebuilds the list from
+//     what the clients saw: every write with a response, at the revision it
+//     answered, and every write whose outcome the client does not know, placed
+//     at the revision whose watch events it alone explains. On etcd
+//     (CORENODE_ROBUSTNESS_SYSTEM=etcd) the WAL's list is read as well, and the
+//     run fails if the two lists replay to different events.
+//   - What it reports: one JSON line per run (scenario, failpoint, seed, the
+//     cluster options drawn, operations and watch events checked, pass or
+//     fail) to $CORENODE_ROBUSTNESS_RESULTS.
+//
+// Environment: CORENODE_ROBUSTNESS_PLAN (full or short), _SEED (the base
+// seed), _DURATION (repeat the full plan with new seeds until this much time
+// has passed), _RUN (a regexp on run names), _SYSTEM (etcd or corenode),
+// _RESULTS (the JSON lines file), _BASE_PORT (the first of the members'
+// ports, 24100 unless set; etcd's harness uses 20000).
+
+package robustness
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/google/go-cmp/cmp"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zaptest"
+
+	"go.etcd.io/etcd/tests/v3/framework/e2e"
+	"go.etcd.io/etcd/tests/v3/robustness/failpoint"
+	"go.etcd.io/etcd/tests/v3/robustness/model"
+	"go.etcd.io/etcd/tests/v3/robustness/options"
+	"go.etcd.io/etcd/tests/v3/robustness/report"
+	"go.etcd.io/etcd/tests/v3/robustness/scenarios"
+	"go.etcd.io/etcd/tests/v3/robustness/validate"
+)
+
+// nonGofail are the failpoints that need nothing compiled into the binary:
+// SIGKILL and restart, the peer proxy's blackhole (for a second, or until the
+// member is far enough behind to need a snapshot), delay and drop, and
+// removing a member, wiping its data and adding it back. MemberDowngrade and
+// MemberDowngradeUpgrade need etcd's last release beside the binary and are
+// not run.
+var nonGofail = []failpoint.Failpoint{
+	failpoint.KillFailpoint,
+	failpoint.BlackholePeerNetwork,
+	failpoint.BlackholeUntilSnapshot,
+	failpoint.DelayPeerNetwork,
+	failpoint.DropPeerNetwork,
+	failpoint.MemberReplace,
+}
+
+func isNonGofail(fp failpoint.Failpoint) bool {
+	for _, f := range nonGofail {
+		if f == fp {
+			return true
+		}
+	}
+	return false
+}
+
+// shortPlan is --short: one member killed under leases and progress
+// notifications, a member blackholed until it needs a snapshot, a kill, a
+// lossy link and a member replaced in 3-member clusters, both profiles.
+var shortPlan = []string{
+	"Issue15220/Kill",
+	"Issue15271/blackholeUntilSnapshot",
+	"EtcdTrafficDeleteLeases/ClusterOfSize3/Kill",
+	"KubernetesHighTraffic/ClusterOfSize3/dropPeerNetwork",
+	"KubernetesLowTraffic/ClusterOfSize3/MemberReplace",
+}
+
+type plannedRun struct {
+	regression bool
+	scenario   string
+	failpoint  failpoint.Failpoint
+}
+
+func (p plannedRun) name() string { return p.scenario + "/" + failpointName(p.failpoint) }
+
+// failpointName is the failpoint's Name, but BlackholeUntilSnapshot, which
+// etcd names blackholePeerNetwork as the other, is blackholeUntilSnapshot.
+func failpointName(fp failpoint.Failpoint) string {
+	if fp == failpoint.BlackholeUntilSnapshot {
+		return "blackholeUntilSnapshot"
+	}
+	return fp.Name()
+}
+
+type runResult struct {
+	Round      int     `json:"round"`
+	Run        string  `json:"run"`
+	Seed       int64   `json:"seed"`
+	Members    int     `json:"members"`
+	Options    string  `json:"options"`
+	Operations int     `json:"operations"`
+	Events     int     `json:"events"`
+	Passed     bool    `json:"passed"`
+	Seconds    float64 `json:"seconds"`
+}
+
+func TestCorenodeRobustness(t *testing.T) {
+	testRunner.BeforeTest(t)
+	system := os.Getenv("CORENODE_ROBUSTNESS_SYSTEM")
+	baseSeed := time.Now().UnixNano() % 1_000_000_000
+	if s := os.Getenv("CORENODE_ROBUSTNESS_SEED"); s != "" {
+		var err error
+		baseSeed, err = strconv.ParseInt(s, 10, 64)
+		require.NoError(t, err)
+	}
+	var duration time.Duration
+	if d := os.Getenv("CORENODE_ROBUSTNESS_DURATION"); d != "" {
+		var err error
+		duration, err = time.ParseDuration(d)
+		require.NoError(t, err)
+	}
+	var filter *regexp.Regexp
+	if f := os.Getenv("CORENODE_ROBUSTNESS_RUN"); f != "" {
+		filter = regexp.MustCompile(f)
+	}
+	var results *os.File
+	if path := os.Getenv("CORENODE_ROBUSTNESS_RESULTS"); path != "" {
+		var err error
+		results, err = os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		require.NoError(t, err)
+		defer results.Close()
+	}
+
+	plan := fullPlan(t)
+	if os.Getenv("CORENODE_ROBUSTNESS_PLAN") == "short" {
+		byName := map[string]plannedRun{}
+		for _, p := range plan {
+			byName[p.name()] = p
+		}
+		plan = nil
+		for _, n := range shortPlan {
+			p, ok := byName[n]
+			require.Truef(t, ok, "the short plan names %s, which the full plan lacks", n)
+			plan = append(plan, p)
+		}
+	}
+	if filter != nil {
+		var kept []plannedRun
+		for _, p := range plan {
+			if filter.MatchString(p.name()) {
+				kept = append(kept, p)
+			}
+		}
+		plan = kept
+	}
+	require.NotEmpty(t, plan, "no run planned")
+	t.Logf("base seed %d, %d runs a round", baseSeed, len(plan))
+
+	start := time.Now()
+	for round := 1; ; round++ {
+		for i, p := range plan {
+			seed := baseSeed + int64(round-1)*100_000 + int64(i)*1000
+			s, seed, ok := drawScenario(t, p, seed)
+			if !ok {
+				t.Errorf("%s: no draw of the cluster options in 50 makes %s available", p.scenario, failpointName(p.failpoint))
+				continue
+			}
+			res := runResult{Round: round, Run: p.name(), Seed: seed, Members: s.Cluster.ClusterSize, Options: describeOptions(s.Cluster)}
+			began := time.Now()
+			res.Passed = t.Run(fmt.Sprintf("r%d/%s", round, p.name()), func(t *testing.T) {
+				t.Logf("seed %d, %s", seed, res.Options)
+				runOne(t, s, system, &res)
+			})
+			res.Seconds = time.Since(began).Seconds()
+			if results != nil {
+				line, _ := json.Marshal(res)
+				fmt.Fprintf(results, "%s\n", line)
+			}
+		}
+		if duration == 0 || time.Since(start) >= duration {
+			return
+		}
+	}
+}
+
+// fullPlan is every exploratory scenario with every failpoint of nonGofail
+// its cluster can take, then the regression scenarios that need no gofail.
+func fullPlan(t *testing.T) []plannedRun {
+	var plan []plannedRun
+	for _, s := range scenarios.Exploratory(t) {
+		for _, fp := range nonGofail {
+			if availableFor(s, fp, true) {
+				plan = append(plan, plannedRun{scenario: s.Name, failpoint: fp})
+			}
+		}
+	}
+	for _, s := range scenarios.Regression(t) {
+		if s.Cluster.GoFailEnabled || !isNonGofail(s.Failpoint) {
+			continue
+		}
+		plan = append(plan, plannedRun{regression: true, scenario: s.Name, failpoint: s.Failpoint})
+	}
+	return plan
+}
+
+// availableFor is etcd's Available rule of each failpoint of nonGofail on the
+// scenario's configuration, without starting a cluster. With anyDraw, the
+// snapshot rule of BlackholeUntilSnapshot (snapshot count plus catch-up
+// entries at most 200) is left to the draw of the options.
+func availableFor(s scenarios.TestScenario, fp failpoint.Failpoint, anyDraw bool) bool {
+	cfg := s.Cluster
+	switch fp {
+	case failpoint.KillFailpoint:
+		return true
+	case failpoint.MemberReplace:
+		return cfg.ClusterSize > 1
+	case failpoint.BlackholeUntilSnapshot:
+		if !anyDraw && cfg.ServerConfig.SnapshotCount+cfg.ServerConfig.SnapshotCatchUpEntries > 200 {
+			return false
+		}
+		return cfg.ClusterSize > 1 && cfg.PeerProxy
+	default:
+		return cfg.ClusterSize > 1 && cfg.PeerProxy
+	}
+}
+
+// drawScenario seeds math/rand and the options package, and draws the
+// scenario's cluster options, again with the next seed while they leave the
+// failpoint unavailable.
+func drawScenario(t *testing.T, p plannedRun, seed int64) (scenarios.TestScenario, int64, bool) {
+	for attempt := 0; attempt < 50; attempt, seed = attempt+1, seed+1 {
+		//nolint:staticcheck // rand.Seed acts with GODEBUG=randseednop=0, which the script sets
+		rand.Seed(seed)
+		options.SeedForCorenode(seed)
+		list := scenarios.Exploratory(t)
+		if p.regression {
+			list = scenarios.Regression(t)
+		}
+		for _, s := range list {
+			if s.Name != p.scenario {
+				continue
+			}
+			if !availableFor(s, p.failpoint, false) {
+				break
+			}
+			s.Failpoint = p.failpoint
+			s.Cluster.GoFailEnabled = false
+			return s, seed, true
+		}
+	}
+	return scenarios.TestScenario{}, seed, false
+}
+
+func describeOptions(c e2e.EtcdProcessClusterConfig) string {
+	sc := c.ServerConfig
+	return fmt.Sprintf("tick %dms, election %dms, snapshot-count %d, snapshot-catchup-entries %d, compaction-batch-limit %d, peer-tls %v, peer-proxy %v",
+		sc.TickMs, sc.ElectionMs, sc.SnapshotCount, sc.SnapshotCatchUpEntries, sc.ExperimentalCompactionBatchLimit, c.IsPeerTLS, c.PeerProxy)
+}
+
+// runOne is testRobustness with the persisted requests of persistedFromClients.
+func runOne(t *testing.T, s scenarios.TestScenario, system string, res *runResult) {
+	ctx := context.Background()
+	lg := zaptest.NewLogger(t)
+	s.Cluster.Logger = lg
+	// Not etcd's 20000, which etcd's e2e suite (scripts/etcd-e2e) uses: the
+	// two may run side by side on one machine.
+	s.Cluster.BasePort = 24100
+	if p := os.Getenv("CORENODE_ROBUSTNESS_BASE_PORT"); p != "" {
+		port, err := strconv.Atoi(p)
+		require.NoError(t, err)
+		s.Cluster.BasePort = port
+	}
+	c, err := e2e.InitEtcdProcessCluster(t, &s.Cluster)
+	require.NoError(t, err)
+	c, err = e2e.StartEtcdProcessCluster(ctx, t, c, &s.Cluster)
+	require.NoError(t, err)
+	defer forcestopCluster(c)
+	require.NoError(t, failpoint.Validate(c, s.Failpoint, s.Profile))
+
+	r := report.TestReport{Logger: lg, Cluster: c}
+	panicked := true
+	defer func() {
+		r.Report(t, panicked)
+	}()
+	r.Client = runScenario(ctx, t, s, lg, c)
+	for _, cr := range r.Client {
+		res.Operations += len(cr.KeyValue)
+		res.Events += cr.WatchEventCount()
+	}
+	persisted, err := persistedFromClients(r.Client)
+	require.NoError(t, err, "rebuilding the persisted requests from the clients' view")
+	if system == "etcd" {
+		fromWAL, err := report.PersistedRequestsCluster(lg, c)
+		require.NoError(t, err)
+		if diff := cmp.Diff(model.NewReplay(fromWAL).Events, model.NewReplay(persisted).Events); diff != "" {
+			t.Errorf("the requests rebuilt from the clients' view replay to other events than etcd's WAL (-WAL +clients):\n%s", diff)
+		}
+	}
+	validateConfig := validate.Config{ExpectRevisionUnique: s.Traffic.ExpectUniqueRevision()}
+	r.Visualize = validate.ValidateAndReturnVisualize(t, lg, validateConfig, r.Client, persisted, 5*time.Minute)
+	panicked = false
+}
+
+type candidate struct {
+	op   porcupine.Operation
+	used bool
+}
+
+func (c *candidate) request() model.EtcdRequest        { return c.op.Input.(model.EtcdRequest) }
+func (c *candidate) response() model.MaybeEtcdResponse { return c.op.Output.(model.MaybeEtcdResponse) }
+
+type eventKey struct {
+	typ   model.OperationType
+	key   string
+	value model.ValueOrHash
+}
+
+// persistedFromClients rebuilds, from the clients' operations and watch
+// events, the list of requests the cluster persisted, in their order, as
+// etcd's harness reads it from the WAL. Revision by revision (from 2, the
+// first write, to the highest any response or event names):
+//
+//  1. the write that made the revision: a write whose response names it and
+//     which, replayed on the model at the revision before, makes it with the
+//     very response the client got and the events the watchers saw at that
+//     revision (a revoke of a lease answered at a revision may make it on the
+//     model too, deleting keys, where the real one deleted none after a put
+//     made it); failing that, a write whose outcome its client does not know
+//     (an error or a timeout) which, replayed there, makes it with exactly
+//     the events the watchers saw;
+//  2. then every other request answered at that revision (writes that
+//     changed nothing: a failed compare without writes, a delete of nothing,
+//     a lease granted or revoked without keys), each checked to leave the
+//     revision as it is and to give the response its client got;
+//  3. then the compactions of that revision.
+//
+// A write whose outcome is unknown and which changed no revision is left out
+// (etcd's WAL has it; no check depends on it), as are lease grants that
+// failed (the client never learnt their ID). It fails if a revision has no
+// write that explains it, or if a write answered successfully finds no place.
+func persistedFromClients(reports []report.ClientReport) ([]model.EtcdRequest, error) {
+	answered := map[int64][]*candidate{}
+	compactions := map[int64][]*candidate{}
+	var unknown []*candidate
+	maxRev := int64(1)
+	for _, r := range reports {
+		for _, op := range r.KeyValue {
+			req := op.Input.(model.EtcdRequest)
+			resp := op.Output.(model.MaybeEtcdResponse)
+			if req.IsRead() || req.Type == model.Defragment {
+				continue
+			}
+			c := &candidate{op: op}
+			switch {
+			case resp.Error != "":
+				if req.Type == model.Txn || req.Type == model.LeaseRevoke {
+					unknown = append(unknown, c)
+				}
+			case req.Type == model.Compact:
+				rev := max(req.Compact.Revision, 1)
+				compactions[rev] = append(compactions[rev], c)
+			default:
+				rev := max(resp.Revision, 1)
+				answered[rev] = append(answered[rev], c)
+				maxRev = max(maxRev, rev)
+			}
+		}
+	}
+	byCall := func(cs []*candidate) {
+		sort.SliceStable(cs, func(i, j int) bool { return cs[i].op.Call < cs[j].op.Call })
+	}
+	byCall(unknown)
+	for _, cs := range answered {
+		byCall(cs)
+	}
+	for _, cs := range compactions {
+		byCall(cs)
+	}
+	// The events of each revision, as the first watcher that saw it saw them.
+	events := map[int64]map[eventKey]bool{}
+	for _, r := range reports {
+		for _, w := range r.Watch {
+			seen := map[int64]map[eventKey]bool{}
+			for _, resp := range w.Responses {
+				for _, e := range resp.Events {
+					if seen[e.Revision] == nil {
+						seen[e.Revision] = map[eventKey]bool{}
+					}
+					seen[e.Revision][eventKey{e.Type, e.Key, e.Value}] = true
+				}
+			}
+			for rev, evs := range seen {
+				if _, ok := events[rev]; !ok {
+					events[rev] = evs
+				}
+				maxRev = max(maxRev, rev)
+			}
+		}
+	}
+
+	state, err := model.NewReplay(nil).StateForRevision(1)
+	if err != nil {
+		return nil, err
+	}
+	var persisted []model.EtcdRequest
+	place := func(c *candidate, next model.EtcdState) {
+		c.used = true
+		state = next
+		persisted = append(persisted, c.request())
+	}
+	settle := func(rev int64) error {
+		for _, c := range answered[rev] {
+			if c.used {
+				continue
+			}
+			next, resp := state.Step(c.request())
+			if next.Revision != state.Revision {
+				return fmt.Errorf("revision %d: %s, answered at revision %d, would make revision %d", rev, describe(c), rev, next.Revision)
+			}
+			if !model.Match(c.response(), resp) {
+				return fmt.Errorf("revision %d: %s was answered %+v, the model answers %+v", rev, describe(c), c.response().EtcdResponse, resp.EtcdResponse)
+			}
+			place(c, next)
+		}
+		for _, c := range compactions[rev] {
+			next, _ := state.Step(c.request())
+			place(c, next)
+		}
+		return nil
+	}
+	if err := settle(1); err != nil {
+		return nil, err
+	}
+	for rev := int64(2); rev <= maxRev; rev++ {
+		placed := false
+		want, seen := events[rev]
+		for _, c := range answered[rev] {
+			if c.used {
+				continue
+			}
+			next, resp := state.Step(c.request())
+			if next.Revision == rev && model.Match(c.response(), resp) && (!seen || sameEvents(eventsBetween(state, next), want)) {
+				place(c, next)
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			for _, c := range unknown {
+				if c.used {
+					continue
+				}
+				next, _ := state.Step(c.request())
+				if next.Revision == rev && sameEvents(eventsBetween(state, next), want) {
+					place(c, next)
+					placed = true
+					break
+				}
+			}
+			if !placed {
+				return nil, fmt.Errorf("revision %d: no request explains it (answered at it: %d; watch events: %v)", rev, len(answered[rev]), want)
+			}
+		}
+		if err := settle(rev); err != nil {
+			return nil, err
+		}
+	}
+	for rev, cs := range answered {
+		for _, c := range cs {
+			if !c.used {
+				return nil, fmt.Errorf("%s was answered at revision %d and finds no place in the history", describe(c), rev)
+			}
+		}
+	}
+	return persisted, nil
+}
+
+// eventsBetween is what a watcher of every key sees when state becomes next.
+func eventsBetween(state, next model.EtcdState) map[eventKey]bool {
+	evs := map[eventKey]bool{}
+	for k, v := range next.KeyValues {
+		if v.ModRevision == next.Revision && next.Revision != state.Revision {
+			evs[eventKey{model.PutOperation, k, v.Value}] = true
+		}
+	}
+	for k := range state.KeyValues {
+		if _, ok := next.KeyValues[k]; !ok {
+			evs[eventKey{model.DeleteOperation, k, model.ValueOrHash{}}] = true
+		}
+	}
+	return evs
+}
+
+func sameEvents(a, b map[eventKey]bool) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k := range a {
+		if !b[k] {
+			return false
+		}
+	}
+	return true
+}
+
+func describe(c *candidate) string {
+	data, _ := json.Marshal(c.request())
+	return fmt.Sprintf("client %d's request %s (called at %v)", c.op.ClientId, data, time.Duration(c.op.Call))
+}
