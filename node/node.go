@@ -183,6 +183,7 @@ func New(cfg Config) (_ *Node, err error) {
 
 	n.repl = newReplication(cfg.Transport, n.health)
 	n.repl.checkAppend = n.checkAppend
+	n.repl.heartbeatDeadline = cfg.ElectionTimeout
 	notify := make(chan bool, 16)
 	rc := raftConfig(cfg, notify)
 
