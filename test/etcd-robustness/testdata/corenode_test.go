@@ -45,14 +45,20 @@ import (
 	"github.com/anishathalye/porcupine"
 	"github.com/google/go-cmp/cmp"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"go.etcd.io/etcd/tests/v3/framework/e2e"
 	"go.etcd.io/etcd/tests/v3/robustness/failpoint"
+	"go.etcd.io/etcd/tests/v3/robustness/identity"
 	"go.etcd.io/etcd/tests/v3/robustness/model"
 	"go.etcd.io/etcd/tests/v3/robustness/options"
 	"go.etcd.io/etcd/tests/v3/robustness/report"
 	"go.etcd.io/etcd/tests/v3/robustness/scenarios"
+	"go.etcd.io/etcd/tests/v3/robustness/traffic"
 	"go.etcd.io/etcd/tests/v3/robustness/validate"
 )
 
@@ -65,7 +71,7 @@ import (
 var nonGofail = []failpoint.Failpoint{
 	failpoint.KillFailpoint,
 	failpoint.BlackholePeerNetwork,
-	failpoint.BlackholeUntilSnapshot,
+	followerBlackholeUntilSnapshot{},
 	failpoint.DelayPeerNetwork,
 	failpoint.DropPeerNetwork,
 	failpoint.MemberReplace,
@@ -80,12 +86,91 @@ func isNonGofail(fp failpoint.Failpoint) bool {
 	return false
 }
 
+// followerBlackholeUntilSnapshot is etcd's BlackholeUntilSnapshot with the
+// member picked among the followers. The peer proxy sits in front of each
+// member's peer listener, so it black-holes the connections others dial to
+// that member. etcd's members receive raft messages on streams they dial
+// themselves, so a black-holed leader is cut off too; corenode's (as
+// hashicorp/raft's) leader dials its followers, its raft traffic flows
+// through their proxies, and it never falls behind: picked as the member to
+// cut (a third of the time), the failpoint waited for a lag that never came
+// until its minute ran out. A follower is cut off on both systems.
+type followerBlackholeUntilSnapshot struct{}
+
+func (followerBlackholeUntilSnapshot) Inject(ctx context.Context, t *testing.T, lg *zap.Logger, clus *e2e.EtcdProcessCluster, baseTime time.Time, ids identity.Provider) ([]report.ClientReport, error) {
+	leader := clus.WaitLeader(t)
+	i := rand.Intn(len(clus.Procs) - 1)
+	if i >= leader {
+		i++
+	}
+	return nil, failpoint.Blackhole(ctx, t, clus.Procs[i], clus, true)
+}
+
+func (followerBlackholeUntilSnapshot) Name() string { return "blackholeFollowerUntilSnapshot" }
+
+func (followerBlackholeUntilSnapshot) Available(cfg e2e.EtcdProcessClusterConfig, p e2e.EtcdProcess, profile traffic.Profile) bool {
+	return failpoint.BlackholeUntilSnapshot.Available(cfg, p, profile)
+}
+
+// servingBound is how long after a failpoint ends every member must say
+// SERVING on grpc.health.v1.
+const servingBound = 5 * time.Second
+
+// awaitServing runs a failpoint, then waits until every member's gRPC
+// health says SERVING, for at most servingBound, before etcd's harness asks
+// once (verifyClusterHealth). etcd's health is SERVING whenever the server
+// runs; corenode's is SERVING when the member would serve a linearizable
+// read (a leader holds a quorum, and this member reaches it), which after a
+// network fault takes a moment (about 0.1 s after a blackhole). On etcd it
+// waits for nothing.
+type awaitServing struct {
+	failpoint.Failpoint
+	waited *time.Duration
+}
+
+func (f awaitServing) Inject(ctx context.Context, t *testing.T, lg *zap.Logger, clus *e2e.EtcdProcessCluster, baseTime time.Time, ids identity.Provider) ([]report.ClientReport, error) {
+	r, err := f.Failpoint.Inject(ctx, t, lg, clus, baseTime, ids)
+	if err != nil {
+		return r, err
+	}
+	start := time.Now()
+	for _, p := range clus.Procs {
+		for {
+			status, err := healthOf(ctx, p)
+			if err == nil && status == healthpb.HealthCheckResponse_SERVING {
+				break
+			}
+			if time.Since(start) > servingBound {
+				return r, fmt.Errorf("member %s not SERVING %v after the failpoint ended: %v %v", p.Config().Name, servingBound, status, err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	*f.waited = time.Since(start)
+	return r, nil
+}
+
+func healthOf(ctx context.Context, p e2e.EtcdProcess) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	c, err := clientv3.New(clientv3.Config{Endpoints: p.EndpointsGRPC(), Logger: zap.NewNop(), DialTimeout: time.Second})
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(c.ActiveConnection()).Check(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		return 0, err
+	}
+	return resp.Status, nil
+}
+
 // shortPlan is --short: one member killed under leases and progress
 // notifications, a member blackholed until it needs a snapshot, a kill, a
 // lossy link and a member replaced in 3-member clusters, both profiles.
 var shortPlan = []string{
 	"Issue15220/Kill",
-	"Issue15271/blackholeUntilSnapshot",
+	"Issue15271/blackholeFollowerUntilSnapshot",
 	"EtcdTrafficDeleteLeases/ClusterOfSize3/Kill",
 	"KubernetesHighTraffic/ClusterOfSize3/dropPeerNetwork",
 	"KubernetesLowTraffic/ClusterOfSize3/MemberReplace",
@@ -99,25 +184,21 @@ type plannedRun struct {
 
 func (p plannedRun) name() string { return p.scenario + "/" + failpointName(p.failpoint) }
 
-// failpointName is the failpoint's Name, but BlackholeUntilSnapshot, which
-// etcd names blackholePeerNetwork as the other, is blackholeUntilSnapshot.
-func failpointName(fp failpoint.Failpoint) string {
-	if fp == failpoint.BlackholeUntilSnapshot {
-		return "blackholeUntilSnapshot"
-	}
-	return fp.Name()
-}
+func failpointName(fp failpoint.Failpoint) string { return fp.Name() }
 
 type runResult struct {
-	Round      int     `json:"round"`
-	Run        string  `json:"run"`
-	Seed       int64   `json:"seed"`
-	Members    int     `json:"members"`
-	Options    string  `json:"options"`
-	Operations int     `json:"operations"`
-	Events     int     `json:"events"`
-	Passed     bool    `json:"passed"`
-	Seconds    float64 `json:"seconds"`
+	Round      int    `json:"round"`
+	Run        string `json:"run"`
+	Seed       int64  `json:"seed"`
+	Members    int    `json:"members"`
+	Options    string `json:"options"`
+	Operations int    `json:"operations"`
+	Events     int    `json:"events"`
+	// ServingAfter is how long after the failpoint ended every member said
+	// SERVING (awaitServing).
+	ServingAfter float64 `json:"serving_after"`
+	Passed       bool    `json:"passed"`
+	Seconds      float64 `json:"seconds"`
 }
 
 func TestCorenodeRobustness(t *testing.T) {
@@ -211,12 +292,22 @@ func fullPlan(t *testing.T) []plannedRun {
 		}
 	}
 	for _, s := range scenarios.Regression(t) {
-		if s.Cluster.GoFailEnabled || !isNonGofail(s.Failpoint) {
+		fp := ours(s.Failpoint)
+		if s.Cluster.GoFailEnabled || !isNonGofail(fp) {
 			continue
 		}
-		plan = append(plan, plannedRun{regression: true, scenario: s.Name, failpoint: s.Failpoint})
+		plan = append(plan, plannedRun{regression: true, scenario: s.Name, failpoint: fp})
 	}
 	return plan
+}
+
+// ours is the failpoint a regression scenario names, or the one of
+// nonGofail that stands for it.
+func ours(fp failpoint.Failpoint) failpoint.Failpoint {
+	if fp == failpoint.BlackholeUntilSnapshot {
+		return followerBlackholeUntilSnapshot{}
+	}
+	return fp
 }
 
 // availableFor is etcd's Available rule of each failpoint of nonGofail on the
@@ -230,7 +321,7 @@ func availableFor(s scenarios.TestScenario, fp failpoint.Failpoint, anyDraw bool
 		return true
 	case failpoint.MemberReplace:
 		return cfg.ClusterSize > 1
-	case failpoint.BlackholeUntilSnapshot:
+	case followerBlackholeUntilSnapshot{}:
 		if !anyDraw && cfg.ServerConfig.SnapshotCount+cfg.ServerConfig.SnapshotCatchUpEntries > 200 {
 			return false
 		}
@@ -292,6 +383,9 @@ func runOne(t *testing.T, s scenarios.TestScenario, system string, res *runResul
 	require.NoError(t, err)
 	defer forcestopCluster(c)
 	require.NoError(t, failpoint.Validate(c, s.Failpoint, s.Profile))
+	var waited time.Duration
+	s.Failpoint = awaitServing{Failpoint: s.Failpoint, waited: &waited}
+	defer func() { res.ServingAfter = waited.Seconds() }()
 
 	r := report.TestReport{Logger: lg, Cluster: c}
 	panicked := true
