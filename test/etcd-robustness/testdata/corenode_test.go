@@ -26,7 +26,7 @@
 // seed), _DURATION (repeat the full plan with new seeds until this much time
 // has passed), _RUN (a regexp on run names), _SYSTEM (etcd or corenode),
 // _RESULTS (the JSON lines file), _BASE_PORT (the first of the members'
-// ports, 24100 unless set; etcd's harness uses 20000).
+// ports, 61100 unless set; etcd's harness uses 20000).
 
 package robustness
 
@@ -396,9 +396,12 @@ func runOne(t *testing.T, s scenarios.TestScenario, system string, res *runResul
 	ctx := context.Background()
 	lg := zaptest.NewLogger(t)
 	s.Cluster.Logger = lg
-	// Not etcd's 20000, which etcd's e2e suite (scripts/etcd-e2e) uses: the
-	// two may run side by side on one machine.
-	s.Cluster.BasePort = 24100
+	// Not etcd's 20000, which etcd's e2e suite (scripts/etcd-e2e) uses, nor
+	// within 10000-32767, where corenode's tests pick ports
+	// (internal/freeport), nor among the kernel's ephemeral ports: the
+	// suites run side by side on one machine, and a client of another test
+	// once wrote into a cluster of this one.
+	s.Cluster.BasePort = 61100
 	if p := os.Getenv("CORENODE_ROBUSTNESS_BASE_PORT"); p != "" {
 		port, err := strconv.Atoi(p)
 		require.NoError(t, err)
