@@ -192,14 +192,19 @@ func healthOf(ctx context.Context, p e2e.EtcdProcess) (healthpb.HealthCheckRespo
 	return resp.Status, nil
 }
 
-// shortPlan is --short: one member killed under leases and progress
-// notifications, a member blackholed until it needs a snapshot, a kill, a
-// lossy link and a member replaced in 3-member clusters, both profiles.
+// shortPlan is --short: every failpoint once, both traffic profiles, 1 and
+// 3 members: one member killed under leases and progress notifications and
+// under kubernetes traffic, then in 3-member clusters a follower cut until
+// it needs a snapshot, a kill, a member cut for a second, a lossy link, a
+// slow link and a member replaced.
 var shortPlan = []string{
 	"Issue15220/Kill",
+	"KubernetesHighTraffic/ClusterOfSize1/Kill",
 	"Issue15271/blackholeFollowerUntilSnapshot",
 	"EtcdTrafficDeleteLeases/ClusterOfSize3/Kill",
+	"EtcdHighTraffic/ClusterOfSize3/blackholePeerNetwork",
 	"KubernetesHighTraffic/ClusterOfSize3/dropPeerNetwork",
+	"KubernetesLowTraffic/ClusterOfSize3/delayPeerNetwork",
 	"KubernetesLowTraffic/ClusterOfSize3/MemberReplace",
 }
 
