@@ -2,7 +2,8 @@
 // it to etcd's robustness package (go.etcd.io/etcd/tests/v3/robustness, the
 // release the script names) with `go test -overlay`, and runs only the test
 // below. It drives etcd's own harness — runScenario, the traffic, the
-// failpoints, validate.ValidateAndReturnVisualize — and changes three things:
+// failpoints, validate.ValidateAndReturnVisualize — and changes these
+// things:
 //
 //   - Which runs. etcd's TestRobustnessExploratory draws one failpoint per
 //     scenario at random, most of them gofail's (compiled into etcd's
@@ -10,17 +11,20 @@
 //     that acts on the process or the network (nonGofail below) and that
 //     etcd's own Available check allows for it, plus the regression
 //     scenarios that need no gofail. The gofail HTTP port is not configured.
+//     BlackholeUntilSnapshot cuts a follower (followerBlackholeUntilSnapshot).
 //   - Where the persisted requests come from. etcd's harness reads them from
 //     the members' WAL files (report/wal.go). corenode's raft log is another
 //     format in another place, so persistedFromClients rebuilds the list from
-//     what the clients saw: every write with a response, at the revision it
-//     answered, and every write whose outcome the client does not know, placed
-//     at the revision whose watch events it alone explains. On etcd
-//     (CORENODE_ROBUSTNESS_SYSTEM=etcd) the WAL's list is read as well, and the
-//     run fails if the two lists replay to different events.
+//     what the clients saw. On etcd (CORENODE_ROBUSTNESS_SYSTEM=etcd) the
+//     WAL's list is read as well, and the run fails if the two lists replay
+//     to different events.
+//   - After a failpoint, every member's gRPC health must say SERVING within
+//     servingBound before etcd's single check (awaitServing).
 //   - What it reports: one JSON line per run (scenario, failpoint, seed, the
-//     cluster options drawn, operations and watch events checked, pass or
-//     fail) to $CORENODE_ROBUSTNESS_RESULTS.
+//     cluster options drawn, operations and watch events checked, how long
+//     until every member said SERVING, pass or fail) to
+//     $CORENODE_ROBUSTNESS_RESULTS, and the goroutines of members not
+//     SERVING in time to $CORENODE_ROBUSTNESS_DUMPS.
 //
 // Environment: CORENODE_ROBUSTNESS_PLAN (full or short), _SEED (the base
 // seed), _DURATION (repeat the full plan with new seeds until this much time
