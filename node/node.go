@@ -200,6 +200,7 @@ func New(cfg Config) (_ *Node, err error) {
 	n.repl = newReplication(cfg.Transport, n.health, n.metrics, cfg.HeartbeatInterval, rc.HeartbeatTimeout/2)
 	n.termStore = store
 	n.repl.checkAppend = n.checkAppend
+	n.repl.heartbeatDeadline = cfg.ElectionTimeout
 
 	if cfg.ForceNewCluster {
 		rec, err := n.forceNewCluster(rc, raftLogs, stable, snaps, n.repl)

@@ -61,6 +61,8 @@ import (
 //     fails at once with this member's reason (TransferLeadership).
 //   - While a restarted member catches up (catchup.go), it notices when
 //     raft has answered a leader's append that named a commit index.
+//   - On the leader, it closes every connection to a follower whose
+//     heartbeat went unanswered for an election timeout (AppendEntries).
 //
 // It relies on two behaviours of hashicorp/raft 1.7, each covered by a
 // test in replication_test.go: a heartbeat is an append with no entries,
@@ -112,6 +114,18 @@ type replication struct {
 	// checkAppend, when set, judges every leader's append with entries
 	// before raft sees it (fence.go); an error refuses it.
 	checkAppend func(*raft.AppendEntriesRequest) error
+
+	// breaker, when the transport has one, closes every connection to a
+	// member whose heartbeat has gone unanswered for heartbeatDeadline
+	// (see AppendEntries).
+	breaker           LinkBreaker
+	heartbeatDeadline time.Duration
+}
+
+// LinkBreaker is a raft transport that can close every connection it
+// dialed to an address (transport.RaftTransport).
+type LinkBreaker interface {
+	BreakLinks(addr raft.ServerAddress)
 }
 
 // peerProgress is what the leader knows of one follower's log, from appends
@@ -148,7 +162,7 @@ type earlyWire struct {
 }
 
 func newReplication(t raft.Transport, health *logstore.Health, m *metrics, answerAge, earlyWait time.Duration) *replication {
-	return &replication{Transport: t, health: health, peers: map[raft.ServerID]*peerProgress{},
+	r := &replication{Transport: t, health: health, peers: map[raft.ServerID]*peerProgress{},
 		active: map[raft.ServerID]time.Time{}, now: time.Now,
 		consumer: make(chan raft.RPC), closed: make(chan struct{}),
 		answerAge: answerAge, earlyWait: earlyWait,
@@ -156,6 +170,8 @@ func newReplication(t raft.Transport, health *logstore.Health, m *metrics, answe
 		trimmedAppends:  m.raftAppends.WithLabelValues("trimmed"),
 		answeredAppends: m.raftAppends.WithLabelValues("answered"),
 	}
+	r.breaker, _ = t.(LinkBreaker)
+	return r
 }
 
 // ErrTransfereeCannotPersist is a member's refusal of a leadership
@@ -252,7 +268,23 @@ func (r *replication) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (
 // and records what the answer proves.
 func (r *replication) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	if args.PrevLogEntry == 0 && len(args.Entries) == 0 && args.LeaderCommitIndex == 0 {
-		err := r.Transport.AppendEntries(id, target, args, resp) // a heartbeat
+		// A heartbeat. A follower answers it at once, off its raft loop, so
+		// one unanswered for an election timeout (by when the follower
+		// campaigns, having heard nothing) says the link is stuck, not the
+		// follower busy: a link that lost bytes and stayed open leaves an
+		// RPC and its answer waiting on both sides until the transport's
+		// I/O timeout, 10 s, and with them the follower's replication
+		// (etcd's robustness suite's blackhole: the follower had no leader
+		// for 9 s after a 1 s fault). Then every connection to the follower
+		// is closed, and raft sends again on new ones.
+		var timer *time.Timer
+		if r.breaker != nil && r.heartbeatDeadline > 0 {
+			timer = time.AfterFunc(r.heartbeatDeadline, func() { r.breaker.BreakLinks(target) })
+		}
+		err := r.Transport.AppendEntries(id, target, args, resp)
+		if timer != nil {
+			timer.Stop()
+		}
 		if err != nil {
 			r.unreachable(id, args.Term)
 		}

@@ -52,8 +52,22 @@ func (s *Server) ReadIndex(ctx context.Context) (uint64, error) {
 // reads that joined it (a round already in flight may have been answered
 // by a leader deposed before a later read began, so reads join only a
 // round not yet sent; see round.Group).
+//
+// A round is given two election timeouts, not the request timeout: a
+// leader answers within one (its leadership check gives up after that), so
+// no answer by then means the question or its answer was lost, on a
+// connection that stayed open (a link that dropped bytes for a while).
+// Every read waits on the round in flight, so nothing else would be sent
+// on that connection to reveal it broken, and the follower served no
+// linearizable read until the request timeout. The round fails as "not
+// leader", and the reads ask again at once, on a new round (as etcd sends
+// its read-index request again every 500 ms).
 func (s *Server) askReadIndex() (uint64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.requestTimeout)
+	bound := s.requestTimeout
+	if g := 2 * s.grace; g > 0 && g < bound {
+		bound = g
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	changed := s.node.LeaderChange()
 	leader, err := s.Leader(ctx)
@@ -70,7 +84,7 @@ func (s *Server) askReadIndex() (uint64, error) {
 		}
 		return resp.RaftAppliedIndex, nil
 	})
-	if errors.Is(err, errAbandoned) {
+	if errors.Is(err, errAbandoned) || (err != nil && ctx.Err() != nil) {
 		return 0, ErrNotLeader // retryable: the caller asks again
 	}
 	return index, err

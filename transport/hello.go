@@ -106,8 +106,13 @@ func (p *PeerMux) dialRaft(ctx context.Context, addr string) (net.Conn, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetReadDeadline(dl)
 	}
+	// A canceled dial (BreakLinks) ends the wait for the answer too.
+	stop := context.AfterFunc(ctx, func() { c.Close() })
 	var answer [17]byte
 	n, err := io.ReadFull(c, answer[:])
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
 	if err != nil {
 		c.Close()
 		if n == 0 && errors.Is(err, io.EOF) {

@@ -133,6 +133,7 @@ type PeerMux struct {
 
 	identity atomic.Pointer[PeerIdentity] // hello.go
 	legacy   legacyPeers
+	links    links // links.go
 }
 
 // PeerConfig says how members reach each other.
@@ -214,13 +215,13 @@ func (p *PeerMux) DialGRPC(ctx context.Context, addr string) (net.Conn, error) {
 }
 
 // RaftTransport returns hashicorp/raft's network transport over this mux.
-func (p *PeerMux) RaftTransport(logger *slog.Logger) raft.Transport {
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+func (p *PeerMux) RaftTransport(logger *slog.Logger) *RaftTransport {
+	return &RaftTransport{NetworkTransport: raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  &raftLayer{route: p.raft, p: p},
 		MaxPool: 4,
 		Timeout: 10 * time.Second,
 		Logger:  nullHCLog(),
-	})
+	}), p: p}
 }
 
 // raftLayer is raft.StreamLayer over the mux.
@@ -231,10 +232,17 @@ type raftLayer struct {
 
 func (l *raftLayer) Addr() net.Addr { return l.p.adv }
 
+// Dial opens a raft connection bound to address's link (links.go): a
+// BreakLinks aborts it while it dials, and closes it after.
 func (l *raftLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	link := l.p.links.get(string(address))
+	ctx, cancel := context.WithTimeout(link, timeout)
 	defer cancel()
-	return l.p.dialRaft(ctx, string(address))
+	c, err := l.p.dialRaft(ctx, string(address))
+	if err != nil {
+		return nil, err
+	}
+	return bind(link, c), nil
 }
 
 // dial opens a peer connection that begins with preamble: the stream's
