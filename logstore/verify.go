@@ -45,7 +45,14 @@ import (
 // isCheckpoint says which entries carry the verifier's sums: raft's
 // barriers, which the leader appends at the start of every term and on
 // the verify timer.
-func isCheckpoint(l *raft.Log) (bool, error) { return l.Type == raft.LogBarrier, nil }
+func isCheckpoint(l *raft.Log) (bool, error) { return StampedOnStore(l), nil }
+
+// StampedOnStore reports whether the leader's log store writes into l as
+// it stores it: a verification checkpoint gets the sum of the entries
+// before it in its Extensions. Whoever sends entries before they are
+// stored (node's early replication) must leave such an entry to raft, which
+// sends it after, stamped.
+func StampedOnStore(l *raft.Log) bool { return l.Type == raft.LogBarrier }
 
 // noWALMetrics drops raft-wal's own counters; the report is counted in
 // corenode_log_verifications_total.

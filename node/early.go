@@ -2,9 +2,12 @@ package node
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/corenode/corenode/logstore"
 )
 
 // Early replication: the leader sends a batch of new entries to its
@@ -70,10 +73,19 @@ func (s earlyLogStore) StoreLogs(logs []*raft.Log) error {
 	// Only this term's leader makes entries of its term; a member deposed
 	// meanwhile stores that term's entries as a follower too, from the next
 	// leader, and must not pass them on as their leader.
-	if e := s.n.early.Load(); e != nil && len(logs) > 0 && logs[0].Term == e.term && s.n.raft.State() == raft.Leader {
+	if e := s.n.early.Load(); e != nil && len(logs) > 0 && logs[0].Term == e.term && !stampedOnStore(logs) && s.n.raft.State() == raft.Leader {
 		e.offer(logs)
 	}
 	return s.LogStore.StoreLogs(logs)
+}
+
+// stampedOnStore reports whether the store writes into an entry of logs as
+// it stores it (logstore.StampedOnStore): sent early, that entry would
+// reach the followers without its stamp, and its encoding would race the
+// write. raft sends such a batch, a barrier every verify interval and at
+// each term's start, as it always did.
+func stampedOnStore(logs []*raft.Log) bool {
+	return slices.ContainsFunc(logs, logstore.StampedOnStore)
 }
 
 // IsMonotonic passes the wrapped store's answer through: raft reads it

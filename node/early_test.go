@@ -427,3 +427,19 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestBatchesWithACheckpointAreNotSentEarly: the leader's log store stamps
+// a verification checkpoint as it stores it; early replication, which
+// sends before the store, leaves such a batch to raft (a follower would
+// get it unstamped, and the encoding raced the stamp: TestLogVerification
+// under -race).
+func TestBatchesWithACheckpointAreNotSentEarly(t *testing.T) {
+	cmd := &raft.Log{Index: 7, Type: raft.LogCommand}
+	barrier := &raft.Log{Index: 8, Type: raft.LogBarrier}
+	if stampedOnStore([]*raft.Log{cmd}) {
+		t.Fatal("a batch of commands counted as stamped on store")
+	}
+	if !stampedOnStore([]*raft.Log{cmd, barrier}) {
+		t.Fatal("a batch with a verification checkpoint would be sent early")
+	}
+}
