@@ -20,29 +20,7 @@ import (
 // corenode answered revision 1 for about 0.6 s, then 151; etcd answers
 // 151 from its first reply (run it against etcd with CORENODE_E2E_BINARY).
 func TestStatusNeverGoesBackAfterKill(t *testing.T) {
-	requireEtcdctl(t)
-	bin := buildBinary(t)
-	c := newCluster(t, bin, 1)
-	c.members = c.members[:1]
-	m := c.members[0]
-	if err := c.startAll(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.waitHealthy(c.members, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for range 150 {
-		if _, err := cli.Put(ctx, "k", "v"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c, m, cli, ctx := oneMemberWritten(t, 150)
 	before, err := cli.Status(ctx, m.clientURL)
 	if err != nil {
 		t.Fatal(err)
@@ -98,4 +76,32 @@ func TestStatusNeverGoesBackAfterKill(t *testing.T) {
 	if lowest < rev {
 		t.Fatalf("after SIGKILL and restart Status answered revision %d, lower than the %d it answered before", lowest, rev)
 	}
+}
+
+// oneMemberWritten starts a one-member cluster of the binary, writes puts
+// keys through a client, and returns them with a context of a minute.
+func oneMemberWritten(t *testing.T, puts int) (*cluster, *member, *clientv3.Client, context.Context) {
+	t.Helper()
+	requireEtcdctl(t)
+	c := newCluster(t, buildBinary(t), 1)
+	c.members = c.members[:1]
+	if err := c.startAll(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.waitHealthy(c.members, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	for range puts {
+		if _, err := cli.Put(ctx, "k", "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c, c.members[0], cli, ctx
 }

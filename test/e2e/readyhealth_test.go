@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"io"
 	"net/http"
 	"os"
@@ -10,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -23,29 +20,7 @@ import (
 // grpc.health.v1.Health once; anything but SERVING fails the run. etcd
 // answers SERVING from that line on. corenode answered NOT_SERVING there.
 func TestHealthServingOnceReadyAfterKill(t *testing.T) {
-	requireEtcdctl(t)
-	bin := buildBinary(t)
-	c := newCluster(t, bin, 1)
-	c.members = c.members[:1]
-	m := c.members[0]
-	if err := c.startAll(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.waitHealthy(c.members, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: c.endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	for range 50 {
-		if _, err := cli.Put(ctx, "k", "v"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	c, m, _, ctx := oneMemberWritten(t, 50)
 	for round := range 5 {
 		c.kill(m)
 		logged := logSize(t, m)
