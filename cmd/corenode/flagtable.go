@@ -222,7 +222,7 @@ func flagTable() []flagDef {
 		{name: "enable-pprof", def: "false", etcd: "Enable runtime profiling data via HTTP server.", use: works,
 			does: "as etcd: /debug/pprof/ on the client URLs", bind: func(o *options) any { return &o.enablePprof }},
 		{name: "metrics", def: "basic", etcd: "Set level of detail for exported metrics, specify 'extensive' to include server side grpc histogram metrics.", use: works,
-			does: "basic or extensive; corenode's gRPC latency histogram (corenode_grpc_request_seconds) is exported with either", bind: func(o *options) any { return &o.metrics }},
+			does: "basic or extensive; corenode's gRPC latency histogram (corenode_grpc_request_seconds) is exported with either, and extensive adds hashicorp/raft's own timings (corenode_raft_*: commitTime, leader_dispatchLog, rpc_appendEntries_storeLogs, fsm_applyBatch...; milliseconds, as Consul exports them)", bind: func(o *options) any { return &o.metrics }},
 		{name: "listen-metrics-urls", etcd: "List of URLs to listen on for the /metrics and /health endpoints.", use: works,
 			does: "as etcd: /metrics, /health, /livez and /readyz; https:// ones use the client TLS flags", bind: func(o *options) any { return &o.listenMetrics }},
 

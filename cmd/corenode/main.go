@@ -139,6 +139,9 @@ func start(s *settings, metrics prometheus.Registerer, withLogger func(*slog.Log
 			cfg.GRPCServerOptions = append(cfg.GRPCServerOptions, opt)
 		}
 	}
+	if err == nil && s.o.metrics == "extensive" && metrics != nil {
+		err = exportRaftMetrics(metrics)
+	}
 	if err == nil {
 		cfg.Metrics = metrics
 		m, err = member.Start(cfg)
