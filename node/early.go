@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -108,6 +109,7 @@ type earlyReplication struct {
 type earlyPeer struct {
 	mu      sync.Mutex
 	pending []*raft.Log
+	since   time.Time     // when the first of pending was offered
 	wake    chan struct{} // capacity 1: an offer never blocks the raft loop
 }
 
@@ -120,11 +122,15 @@ func newEarlyReplication(term uint64) *earlyReplication {
 func (e *earlyReplication) offer(logs []*raft.Log) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	now := time.Now()
 	for _, p := range e.peers {
 		p.mu.Lock()
 		if len(p.pending)+len(logs) > maxEarlyEntries {
 			p.pending = nil
 		} else {
+			if len(p.pending) == 0 {
+				p.since = now
+			}
 			p.pending = append(p.pending, logs...)
 		}
 		p.mu.Unlock()
@@ -151,13 +157,14 @@ func (e *earlyReplication) remove(id raft.ServerID) {
 	delete(e.peers, id)
 }
 
-// take returns everything queued for p, in index order.
-func (p *earlyPeer) take() []*raft.Log {
+// take returns everything queued for p, in index order, and when the
+// first of it was offered.
+func (p *earlyPeer) take() ([]*raft.Log, time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	batch := p.pending
 	p.pending = nil
-	return batch
+	return batch, p.since
 }
 
 // sendEarly runs while this member leads term: it appends the batches
@@ -168,6 +175,7 @@ func (p *earlyPeer) take() []*raft.Log {
 // for the answer, holding nothing raft's replication waits for.
 func (n *Node) sendEarly(ctx context.Context, term uint64, id raft.ServerID, addr raft.ServerAddress, p *earlyPeer) {
 	var batch []*raft.Log
+	var since time.Time // when batch's first entry was offered
 	for {
 		if len(batch) == 0 {
 			select {
@@ -176,7 +184,12 @@ func (n *Node) sendEarly(ctx context.Context, term uint64, id raft.ServerID, add
 			case <-p.wake:
 			}
 		}
-		batch = joinRun(batch, p.take())
+		more, offered := p.take()
+		joined := joinRun(batch, more)
+		if len(batch) == 0 || len(joined) > 0 && len(more) > 0 && joined[0] == more[0] {
+			since = offered
+		}
+		batch = joined
 		if len(batch) == 0 || len(batch) > maxEarlyEntries {
 			batch = nil
 			continue
@@ -205,6 +218,8 @@ func (n *Node) sendEarly(ctx context.Context, term uint64, id raft.ServerID, add
 		}
 		if err := n.appendEarly(term, id, addr, prev, batch); err != nil {
 			n.log.Debug("early append to a follower failed", "follower", id, "first", batch[0].Index, "err", err)
+		} else {
+			n.metrics.earlyLatency.Observe(time.Since(since).Seconds())
 		}
 		batch = nil
 	}

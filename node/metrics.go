@@ -16,6 +16,10 @@ type metrics struct {
 	applyLatency  prometheus.Histogram
 	leaderChanges prometheus.Counter
 	earlyAppends  prometheus.Counter
+	// earlyLatency is an early append's time from the leader's offer to
+	// the follower's durable answer: beside raft's leader_dispatchLog (the
+	// leader's own write), how late a follower's acknowledgement comes.
+	earlyLatency prometheus.Histogram
 	// raftAppends counts raft's own appends that carry entries, by what
 	// became of them (replication.appendEntries).
 	raftAppends *prometheus.CounterVec
@@ -36,6 +40,8 @@ func newMetrics() *metrics {
 			Help: "Leader changes this member has seen."}),
 		earlyAppends: prometheus.NewCounter(prometheus.CounterOpts{Name: "corenode_raft_early_appends_total",
 			Help: "Appends this member, as leader, sent a follower while it wrote the same entries to its own disk, and the follower took."}),
+		earlyLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "corenode_raft_early_append_seconds",
+			Help: "Time from the leader's offer of entries to a follower's sender to that follower's answer that it stored them.", Buckets: latencyBuckets}),
 		raftAppends: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "corenode_raft_leader_appends_total",
 			Help: "hashicorp/raft's appends of entries to a follower, by outcome: sent as built, trimmed (sent without the entries the follower had acknowledged from an early append), answered (every entry acknowledged: answered without a round trip)."},
 			[]string{"outcome"}),
@@ -53,7 +59,7 @@ func (m *metrics) register(reg prometheus.Registerer, n *Node) {
 		}
 		return 0
 	}
-	reg.MustRegister(m.proposals, m.proposalsFail, m.applyLatency, m.leaderChanges, m.earlyAppends, m.raftAppends,
+	reg.MustRegister(m.proposals, m.proposalsFail, m.applyLatency, m.leaderChanges, m.earlyAppends, m.earlyLatency, m.raftAppends,
 		gauge("corenode_raft_has_leader", "1 if this member knows a leader.", func() float64 {
 			_, id := n.leader()
 			return boolean(id != "")
