@@ -51,8 +51,11 @@ type Config struct {
 	// CommitNotifyInterval: see node.Config.
 	CommitNotifyInterval time.Duration
 	SnapshotCount        uint64
-	MaxRequestBytes      int
-	MaxTxnOps            int
+	// SnapshotCatchUpEntries: see node.Config (etcd's
+	// --snapshot-catchup-entries).
+	SnapshotCatchUpEntries uint64
+	MaxRequestBytes        int
+	MaxTxnOps              int
 	// MaxConcurrentStreams bounds the gRPC streams of one client
 	// connection (etcd's --max-concurrent-streams); zero means 1<<20.
 	MaxConcurrentStreams uint32

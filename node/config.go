@@ -73,6 +73,14 @@ type Config struct {
 	// SnapshotCount is the number of applied entries that triggers a snapshot
 	// and log truncation.
 	SnapshotCount uint64
+	// SnapshotCatchUpEntries is how many entries the log keeps behind the
+	// last one when a snapshot truncates it (raft's TrailingLogs, etcd's
+	// --snapshot-catchup-entries): a follower that fell behind by fewer
+	// catches up from the log rather than from a whole snapshot. Zero means
+	// DefaultSnapshotCatchUpEntries, or SnapshotCount when that is lower,
+	// so a member that snapshots often (as tests do) keeps a log as short
+	// as its snapshot interval.
+	SnapshotCatchUpEntries uint64
 	// SnapshotInterval is how often raft checks SnapshotCount.
 	SnapshotInterval time.Duration
 	// LogDir holds the raft log store; empty means DataDir.
@@ -108,6 +116,10 @@ type Config struct {
 	wrapLog func(raft.LogStore) raft.LogStore
 }
 
+// DefaultSnapshotCatchUpEntries is etcd's default of
+// --snapshot-catchup-entries.
+const DefaultSnapshotCatchUpEntries = 5000
+
 // withDefaults is cfg with its zero durations and counts, and its logger,
 // given their defaults.
 func (cfg Config) withDefaults() Config {
@@ -125,6 +137,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.SnapshotCount == 0 {
 		cfg.SnapshotCount = 10000
+	}
+	if cfg.SnapshotCatchUpEntries == 0 {
+		cfg.SnapshotCatchUpEntries = min(cfg.SnapshotCount, DefaultSnapshotCatchUpEntries)
 	}
 	if cfg.SnapshotInterval == 0 {
 		cfg.SnapshotInterval = 30 * time.Second

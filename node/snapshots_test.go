@@ -94,3 +94,29 @@ func TestSnapshotOnFullDiskLeavesNothingBehind(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotKeepsCatchUpEntries: a snapshot truncates the log to
+// SnapshotCatchUpEntries behind its end, not to the snapshot interval.
+func TestSnapshotKeepsCatchUpEntries(t *testing.T) {
+	nodes := startInmem(t, 1, noCheckpoints, func(cfg *Config) {
+		cfg.SnapshotCount, cfg.SnapshotCatchUpEntries = 20, 5
+	})
+	n := nodes[waitLeader(t, nodes)]
+	for i := range 40 {
+		put(t, n, fmt.Sprintf("k%d", i))
+	}
+	if err := n.raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	first, err := n.logs.FirstIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := n.logs.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept := last - first + 1; kept != 5 {
+		t.Fatalf("the log holds %d..%d after a snapshot: %d entries, want 5", first, last, kept)
+	}
+}

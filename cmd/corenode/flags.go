@@ -23,7 +23,7 @@ type options struct {
 	listenPeer, advertisePeer                   []string
 	initialCluster, initialState, initialToken  string
 	heartbeatMS, electionMS, commitNotifyMS     int
-	snapshotCount                               int
+	snapshotCount, snapshotCatchUp              int
 	logStore                                    string
 	maxRequestBytes, maxTxnOps                  int
 	maxConcurrentStreams                        int

@@ -97,6 +97,9 @@ func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 	if o.snapshotCount < 1 {
 		return member.Config{}, fmt.Errorf("--snapshot-count (%d) must be positive", o.snapshotCount)
 	}
+	if o.snapshotCatchUp < 1 {
+		return member.Config{}, fmt.Errorf("--snapshot-catchup-entries (%d) must be positive", o.snapshotCatchUp)
+	}
 	if o.maxConcurrentStreams < 1 || o.maxConcurrentStreams > math.MaxUint32 {
 		return member.Config{}, fmt.Errorf("--max-concurrent-streams (%d) must be between 1 and %d", o.maxConcurrentStreams, uint32(math.MaxUint32))
 	}
@@ -139,6 +142,7 @@ func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 		ElectionTimeout:             time.Duration(o.electionMS) * time.Millisecond,
 		CommitNotifyInterval:        time.Duration(o.commitNotifyMS) * time.Millisecond,
 		SnapshotCount:               uint64(o.snapshotCount),
+		SnapshotCatchUpEntries:      uint64(o.snapshotCatchUp),
 		LogStore:                    o.logStore,
 		MaxRequestBytes:             o.maxRequestBytes,
 		MaxTxnOps:                   o.maxTxnOps,
