@@ -54,8 +54,11 @@ type Config struct {
 	// SnapshotCatchUpEntries: see node.Config (etcd's
 	// --snapshot-catchup-entries).
 	SnapshotCatchUpEntries uint64
-	MaxRequestBytes        int
-	MaxTxnOps              int
+	// MaxSnapshots: see node.Config (etcd's --max-snapshots, whose 0,
+	// every snapshot, is a negative count here).
+	MaxSnapshots    int
+	MaxRequestBytes int
+	MaxTxnOps       int
 	// MaxConcurrentStreams bounds the gRPC streams of one client
 	// connection (etcd's --max-concurrent-streams); zero means 1<<20.
 	MaxConcurrentStreams uint32

@@ -219,6 +219,7 @@ func Start(cfg Config) (*Member, error) {
 		CommitNotify:           cfg.CommitNotifyInterval,
 		SnapshotCount:          cfg.SnapshotCount,
 		SnapshotCatchUpEntries: cfg.SnapshotCatchUpEntries,
+		MaxSnapshots:           cfg.MaxSnapshots,
 		LogStore:               cfg.LogStore,
 		Logger:                 logger,
 		RaftLog:                cfg.RaftLog,

@@ -81,6 +81,11 @@ type Config struct {
 	// so a member that snapshots often (as tests do) keeps a log as short
 	// as its snapshot interval.
 	SnapshotCatchUpEntries uint64
+	// MaxSnapshots is how many snapshots the data dir keeps (etcd's
+	// --max-snapshots): raft removes the oldest beyond it after each new
+	// one, and the member at start. Zero means DefaultMaxSnapshots; a
+	// negative count keeps every snapshot.
+	MaxSnapshots int
 	// SnapshotInterval is how often raft checks SnapshotCount.
 	SnapshotInterval time.Duration
 	// LogDir holds the raft log store; empty means DataDir.
@@ -120,6 +125,9 @@ type Config struct {
 // --snapshot-catchup-entries.
 const DefaultSnapshotCatchUpEntries = 5000
 
+// DefaultMaxSnapshots is etcd's default of --max-snapshots.
+const DefaultMaxSnapshots = 5
+
 // withDefaults is cfg with its zero durations and counts, and its logger,
 // given their defaults.
 func (cfg Config) withDefaults() Config {
@@ -140,6 +148,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.SnapshotCatchUpEntries == 0 {
 		cfg.SnapshotCatchUpEntries = min(cfg.SnapshotCount, DefaultSnapshotCatchUpEntries)
+	}
+	if cfg.MaxSnapshots == 0 {
+		cfg.MaxSnapshots = DefaultMaxSnapshots
 	}
 	if cfg.SnapshotInterval == 0 {
 		cfg.SnapshotInterval = 30 * time.Second

@@ -145,7 +145,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}()
 	undo = append(undo, func() { store.Close() })
 	n.store, n.health = store, store.Health()
-	snaps, err := openSnapshots(cfg.DataDir, 2, cfg.Logger)
+	snaps, err := openSnapshots(cfg.DataDir, snapshotsRetained(cfg.MaxSnapshots), cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("node: open snapshot store: %w", err)
 	}

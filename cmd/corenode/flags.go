@@ -24,6 +24,7 @@ type options struct {
 	initialCluster, initialState, initialToken  string
 	heartbeatMS, electionMS, commitNotifyMS     int
 	snapshotCount, snapshotCatchUp              int
+	maxSnapshots                                int
 	logStore                                    string
 	maxRequestBytes, maxTxnOps                  int
 	maxConcurrentStreams                        int

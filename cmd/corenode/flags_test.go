@@ -684,3 +684,32 @@ func TestSnapshotCatchUpEntriesFlag(t *testing.T) {
 		t.Errorf("--snapshot-catchup-entries=0: %v, want an error naming the flag", err)
 	}
 }
+
+// TestMaxSnapshotsFlag: --max-snapshots is the snapshots kept, etcd's 5 by
+// default, and its 0 keeps every one (a negative count in the config).
+func TestMaxSnapshotsFlag(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, c := range []struct {
+		args []string
+		want int
+	}{{nil, 5}, {[]string{"--max-snapshots=2"}, 2}, {[]string{"--max-snapshots=0"}, -1}} {
+		s, err := parseFlags(c.args, nil)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		cfg, err := memberConfig(&s.o, quiet)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if cfg.MaxSnapshots != c.want {
+			t.Errorf("%v: MaxSnapshots %d, want %d", c.args, cfg.MaxSnapshots, c.want)
+		}
+	}
+	s, err := parseFlags([]string{"--max-snapshots=-1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := memberConfig(&s.o, quiet); err == nil || !strings.Contains(err.Error(), "--max-snapshots") {
+		t.Errorf("--max-snapshots=-1: %v, want an error naming the flag", err)
+	}
+}
