@@ -148,19 +148,27 @@ func choose(dataDir, asked string) (string, error) {
 	}
 }
 
-// openStore opens the raft log and stable store of kind in dataDir,
+// openStore opens the raft log and stable store of kind in dataDir, as
+// openStoreNoSync, with every write fsynced.
+func openStore(dataDir, kind string, logger hclog.Logger) (backend, error) {
+	return openStoreNoSync(dataDir, kind, logger, false)
+}
+
+// openStoreNoSync opens the raft log and stable store of kind in dataDir,
 // creating it when missing, and reads every entry back (verifyLog) so a
 // damaged log stops the member here with a CorruptError rather than in
-// raft, which panics on a log it cannot read while it starts.
-func openStore(dataDir, kind string, logger hclog.Logger) (backend, error) {
+// raft, which panics on a log it cannot read while it starts. With noSync
+// (etcd's --unsafe-no-fsync) the store writes without fsync: see
+// Config.NoSync.
+func openStoreNoSync(dataDir, kind string, logger hclog.Logger, noSync bool) (backend, error) {
 	var s backend
 	var err error
 	switch kind {
 	case BoltDB:
-		s, err = openBolt(dataDir)
+		s, err = openBolt(dataDir, noSync)
 	case WAL:
 		var w walStore
-		if w, err = openWAL(filepath.Join(dataDir, walDir), logger); err == nil {
+		if w, err = openWAL(filepath.Join(dataDir, walDir), logger, noSync); err == nil {
 			s = checkedStore{w}
 		}
 	default:
@@ -235,8 +243,9 @@ func verifyLog(s raft.LogStore) error {
 // append (about 30% of append time measured here); the cost is a scan to
 // rebuild the freelist when the file opens. An append is still a bolt
 // commit: its pages, an fdatasync, the meta page, another fdatasync
-// (BenchmarkLogAppend).
-func openBolt(dir string) (*raftboltdb.BoltStore, error) {
+// (BenchmarkLogAppend). With noSync, neither (raft-boltdb's NoSync, which
+// etcd's --unsafe-no-fsync sets on its own bolt file too).
+func openBolt(dir string, noSync bool) (*raftboltdb.BoltStore, error) {
 	path := filepath.Join(dir, boltFile)
 	err := checkBoltLocked(path, boltFile)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -245,11 +254,16 @@ func openBolt(dir string) (*raftboltdb.BoltStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: boltOptions()})
+	s, err := raftboltdb.New(boltStoreOptions(path, noSync))
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return nil, errStoreLocked
 	}
 	return s, err
+}
+
+// boltStoreOptions are the options of the raft.db at path.
+func boltStoreOptions(path string, noSync bool) raftboltdb.Options {
+	return raftboltdb.Options{Path: path, BoltOptions: boltOptions(), NoSync: noSync}
 }
 
 func boltOptions() *bbolt.Options {

@@ -31,6 +31,12 @@ type Config struct {
 	// ProbeInterval is how often Probe tries the disk while the store
 	// cannot persist; zero means 1 s.
 	ProbeInterval time.Duration
+	// NoSync writes without fsync (etcd's --unsafe-no-fsync): raft-wal's
+	// segment files and meta database, or raft.db. An append returns once
+	// the OS has the bytes, so a crash of the machine (not of the process)
+	// can lose entries this member acknowledged, and with them its
+	// agreement with the others. For tests and throw-away clusters only.
+	NoSync bool
 }
 
 // Store is one member's raft log and stable store: raft.LogStore,
@@ -84,7 +90,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	open := func() (backend, error) { return openStore(cfg.DataDir, kind, cfg.WALLogger) }
+	open := func() (backend, error) { return openStoreNoSync(cfg.DataDir, kind, cfg.WALLogger, cfg.NoSync) }
 	disk, err := open()
 	if err != nil {
 		if c := (*CorruptError)(nil); errors.As(err, &c) {

@@ -65,6 +65,8 @@ type Config struct {
 	// GRPCKeepalive is etcd's --grpc-keepalive-min-time, -interval and
 	// -timeout; zero values mean etcd's 5 s, 2 h and 20 s.
 	GRPCKeepalive GRPCKeepalive
+	// UnsafeNoFsync: see node.Config (etcd's --unsafe-no-fsync).
+	UnsafeNoFsync bool
 	// WALDir, when set, holds the raft log instead of DataDir (etcd's
 	// --wal-dir); the data dir records it, and refuses to start without it.
 	WALDir string

@@ -221,6 +221,7 @@ func Start(cfg Config) (*Member, error) {
 		SnapshotCatchUpEntries: cfg.SnapshotCatchUpEntries,
 		MaxSnapshots:           cfg.MaxSnapshots,
 		LogStore:               cfg.LogStore,
+		UnsafeNoFsync:          cfg.UnsafeNoFsync,
 		Logger:                 logger,
 		RaftLog:                cfg.RaftLog,
 		Metrics:                cfg.Metrics,

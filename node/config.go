@@ -95,6 +95,11 @@ type Config struct {
 	// name (logstore.MismatchError); empty means that store, or
 	// logstore.Default in a new data dir.
 	LogStore string
+	// UnsafeNoFsync writes the raft log and raft's term and vote without
+	// fsync (etcd's --unsafe-no-fsync; logstore.Config.NoSync): a machine
+	// crash can lose what this member acknowledged. Snapshots are still
+	// synced: raft's file snapshot store has no way to skip it.
+	UnsafeNoFsync bool
 	// StorageProbeInterval is how often a member that cannot persist its
 	// raft state (a full disk) tries the disk again (logstore's Probe);
 	// zero means 1 s.

@@ -129,9 +129,14 @@ func New(cfg Config) (_ *Node, err error) {
 	n.confirmRounds = round.New(func() (struct{}, error) { return struct{}{}, n.verifyOnce() })
 
 	store, err := logstore.Open(logstore.Config{DataDir: cmp.Or(cfg.LogDir, cfg.DataDir), Kind: cfg.LogStore, ID: cfg.ID, Logger: cfg.Logger,
-		WALLogger: raftLogger(cfg, "wal"), ProbeInterval: cfg.StorageProbeInterval})
+		WALLogger: raftLogger(cfg, "wal"), ProbeInterval: cfg.StorageProbeInterval, NoSync: cfg.UnsafeNoFsync})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
+	}
+	if cfg.UnsafeNoFsync {
+		n.log.Warn("--unsafe-no-fsync: the raft log is written without fsync; unsafe, will cause data loss "+
+			"if the machine crashes or loses power (writes this member acknowledged, and its agreement with the others)",
+			"log-store", store.Kind())
 	}
 	// Until New returns the node, a failure undoes what it opened and
 	// started, the latest first.

@@ -45,7 +45,7 @@ type options struct {
 	authTokens                                  auth.TokenKind
 	authTokenTTL, bcryptCost                    int
 	strictReconfigCheck                         bool
-	forceNewCluster                             bool
+	forceNewCluster, unsafeNoFsync              bool
 	selfSignedCertValidity                      int
 	maxLearners                                 int
 	dns                                         member.DNSConfig

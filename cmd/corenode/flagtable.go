@@ -294,8 +294,8 @@ func flagTable() []flagDef {
 		{name: "force-new-cluster", def: "false", etcd: "Force to create a new one-member cluster.", use: works,
 			does: "as etcd: this member's data as a one-member cluster, for one start after a lost quorum (see Losing members for good)",
 			bind: func(o *options) any { return &o.forceNewCluster }},
-		{name: "unsafe-no-fsync", def: "false", etcd: "Disables fsync, unsafe, will cause data loss.", use: noEffect, kind: kBool,
-			does: "corenode always syncs its raft log"},
+		{name: "unsafe-no-fsync", def: "false", etcd: "Disables fsync, unsafe, will cause data loss.", use: works,
+			does: "as etcd: the raft log, and raft's term and vote, are written without fsync (raft-wal's segments and meta database, or raft.db), with a warning at start; raft snapshots are still synced (raft's snapshot store cannot skip it; they come every --snapshot-count entries)", bind: func(o *options) any { return &o.unsafeNoFsync }},
 
 		// Outside etcd's --help list.
 		{name: "config-file", etcd: "Path to the server configuration file.", use: works,

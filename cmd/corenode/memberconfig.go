@@ -145,6 +145,7 @@ func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 		InitialClusterToken:         o.initialToken,
 		StrictReconfigCheck:         o.strictReconfigCheck,
 		ForceNewCluster:             o.forceNewCluster,
+		UnsafeNoFsync:               o.unsafeNoFsync,
 		MaxLearners:                 o.maxLearners,
 		HeartbeatInterval:           time.Duration(o.heartbeatMS) * time.Millisecond,
 		ElectionTimeout:             time.Duration(o.electionMS) * time.Millisecond,
