@@ -116,6 +116,19 @@ func Start(cfg Config) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
+	if clientTLS != nil && (cfg.ClientTLS.ClientCertFile != "" || cfg.ClientTLS.ClientKeyFile != "") {
+		// etcd presents --client-cert-file/--client-key-file when it dials
+		// its own client URLs: its gRPC gateway does, under
+		// --client-cert-auth. corenode never dials a client URL (its
+		// gateway calls the server in process, over a pipe), so nothing
+		// presents them; they are loaded and checked all the same, as the
+		// dialing side's configuration, so that a flag carried over from
+		// etcd names a pair that works there too, and a wrong one stops
+		// the start here, by name.
+		if _, err := cfg.ClientTLS.clientConfig(""); err != nil {
+			return nil, err
+		}
+	}
 	peerTLS, err := tlsFor(cfg.ListenPeerURLs, cfg.PeerTLS, "peer-", "--listen-peer-urls")
 	if err != nil {
 		return nil, err
