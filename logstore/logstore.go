@@ -1,6 +1,7 @@
 package logstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -84,16 +85,31 @@ func (e *MismatchError) Error() string {
 // serve from it; its data must go and the cluster must send it a fresh copy.
 type CorruptError struct {
 	DataDir string
-	Store   string
-	ID      uint64 // the member's ID, for the commands
-	Err     error
+	// LogDir is where the log is when not in DataDir (--wal-dir); empty
+	// otherwise.
+	LogDir string
+	Store  string
+	ID     uint64 // the member's ID, for the commands
+	Err    error
 }
 
 func (e *CorruptError) Error() string {
 	return fmt.Sprintf("the raft log (%s) in %s is damaged: %v; this member must not start on it: "+
-		"remove it from the cluster (etcdctl member remove %x), delete the data dir %s, "+
+		"remove it from the cluster (etcdctl member remove %x), delete %s, "+
 		"then add it again (etcdctl member add) and start it with --initial-cluster-state existing",
-		e.Store, e.DataDir, e.Err, e.ID, e.DataDir)
+		e.Store, cmp.Or(e.LogDir, e.DataDir), e.Err, e.ID, WhatToDelete(e.DataDir, e.LogDir))
+}
+
+// WhatToDelete names what an operator deletes to start a member afresh:
+// its data dir and, when the raft log lives elsewhere (--wal-dir, logDir;
+// empty or dataDir for none), what that dir holds. Deleting the data dir
+// alone would leave the old log there, and the member started again with
+// --wal-dir would open it as its own.
+func WhatToDelete(dataDir, logDir string) string {
+	if logDir == "" || filepath.Clean(logDir) == filepath.Clean(dataDir) {
+		return "the data dir " + dataDir
+	}
+	return "the data dir " + dataDir + " and the contents of the wal dir " + logDir + " (--wal-dir)"
 }
 
 func (e *CorruptError) Unwrap() error { return e.Err }

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -128,7 +127,7 @@ func New(cfg Config) (_ *Node, err error) {
 		removed: make(chan struct{})}
 	n.confirmRounds = round.New(func() (struct{}, error) { return struct{}{}, n.verifyOnce() })
 
-	store, err := logstore.Open(logstore.Config{DataDir: cmp.Or(cfg.LogDir, cfg.DataDir), Kind: cfg.LogStore, ID: cfg.ID, Logger: cfg.Logger,
+	store, err := logstore.Open(logstore.Config{DataDir: cfg.DataDir, LogDir: cfg.LogDir, Kind: cfg.LogStore, ID: cfg.ID, Logger: cfg.Logger,
 		WALLogger: raftLogger(cfg, "wal"), ProbeInterval: cfg.StorageProbeInterval, NoSync: cfg.UnsafeNoFsync})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
@@ -156,7 +155,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	n.snaps = snaps
 	if err := checkSnapshotCoversLog(store, snaps); err != nil {
-		return nil, fmt.Errorf("node: %w", &logstore.CorruptError{DataDir: cfg.DataDir, Store: store.Kind(), ID: cfg.ID, Err: err})
+		return nil, fmt.Errorf("node: %w", &logstore.CorruptError{DataDir: cfg.DataDir, LogDir: cfg.LogDir, Store: store.Kind(), ID: cfg.ID, Err: err})
 	}
 	has, err := raft.HasExistingState(store, store, snaps)
 	if err != nil {
