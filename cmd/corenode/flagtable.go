@@ -85,7 +85,7 @@ func flagTable() []flagDef {
 		{name: "max-snapshots", def: "5", etcd: "Maximum number of snapshot files to retain (0 is unlimited).", use: works,
 			does: "as etcd: the raft snapshots kept in --data-dir/snapshots, the oldest removed after each new one and at start; 0 keeps every one. Each is a whole copy of the state (etcd deprecated the flag in 3.6)", bind: func(o *options) any { return &o.maxSnapshots }},
 		{name: "max-wals", def: "5", etcd: "Maximum number of wal files to retain (0 is unlimited).", use: noEffect, kind: kInt,
-			does: "corenode truncates its raft log behind each snapshot; there are no WAL files to keep by count"},
+			does: "no log file outlives the log, so there are none to count: raft-wal deletes a 16 MiB segment once every entry in it is behind the log's start, which each snapshot moves to --snapshot-catchup-entries behind the end, and deletes segment files it does not list when it opens (so 0 cannot keep old ones); boltdb is one raft.db"},
 		{name: "memory-mlock", aliases: []string{"experimental-memory-mlock"}, def: "false", etcd: "Enable to enforce etcd pages (in particular bbolt) to stay in RAM.", use: noEffect, kind: kBool,
 			does: "corenode's state is in memory already; it has no bbolt pages to lock"},
 		{name: "quota-backend-bytes", def: "0", etcd: "Sets the maximum size (in bytes) that the etcd backend database may consume.", use: works,
