@@ -1,6 +1,7 @@
 package logstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -84,16 +85,31 @@ func (e *MismatchError) Error() string {
 // serve from it; its data must go and the cluster must send it a fresh copy.
 type CorruptError struct {
 	DataDir string
-	Store   string
-	ID      uint64 // the member's ID, for the commands
-	Err     error
+	// LogDir is where the log is when not in DataDir (--wal-dir); empty
+	// otherwise.
+	LogDir string
+	Store  string
+	ID     uint64 // the member's ID, for the commands
+	Err    error
 }
 
 func (e *CorruptError) Error() string {
 	return fmt.Sprintf("the raft log (%s) in %s is damaged: %v; this member must not start on it: "+
-		"remove it from the cluster (etcdctl member remove %x), delete the data dir %s, "+
+		"remove it from the cluster (etcdctl member remove %x), delete %s, "+
 		"then add it again (etcdctl member add) and start it with --initial-cluster-state existing",
-		e.Store, e.DataDir, e.Err, e.ID, e.DataDir)
+		e.Store, cmp.Or(e.LogDir, e.DataDir), e.Err, e.ID, WhatToDelete(e.DataDir, e.LogDir))
+}
+
+// WhatToDelete names what an operator deletes to start a member afresh:
+// its data dir and, when the raft log lives elsewhere (--wal-dir, logDir;
+// empty or dataDir for none), what that dir holds. Deleting the data dir
+// alone would leave the old log there, and the member started again with
+// --wal-dir would open it as its own.
+func WhatToDelete(dataDir, logDir string) string {
+	if logDir == "" || filepath.Clean(logDir) == filepath.Clean(dataDir) {
+		return "the data dir " + dataDir
+	}
+	return "the data dir " + dataDir + " and the contents of the wal dir " + logDir + " (--wal-dir)"
 }
 
 func (e *CorruptError) Unwrap() error { return e.Err }
@@ -148,19 +164,27 @@ func choose(dataDir, asked string) (string, error) {
 	}
 }
 
-// openStore opens the raft log and stable store of kind in dataDir,
+// openStore opens the raft log and stable store of kind in dataDir, as
+// openStoreNoSync, with every write fsynced.
+func openStore(dataDir, kind string, logger hclog.Logger) (backend, error) {
+	return openStoreNoSync(dataDir, kind, logger, false)
+}
+
+// openStoreNoSync opens the raft log and stable store of kind in dataDir,
 // creating it when missing, and reads every entry back (verifyLog) so a
 // damaged log stops the member here with a CorruptError rather than in
-// raft, which panics on a log it cannot read while it starts.
-func openStore(dataDir, kind string, logger hclog.Logger) (backend, error) {
+// raft, which panics on a log it cannot read while it starts. With noSync
+// (etcd's --unsafe-no-fsync) the store writes without fsync: see
+// Config.NoSync.
+func openStoreNoSync(dataDir, kind string, logger hclog.Logger, noSync bool) (backend, error) {
 	var s backend
 	var err error
 	switch kind {
 	case BoltDB:
-		s, err = openBolt(dataDir)
+		s, err = openBolt(dataDir, noSync)
 	case WAL:
 		var w walStore
-		if w, err = openWAL(filepath.Join(dataDir, walDir), logger); err == nil {
+		if w, err = openWAL(filepath.Join(dataDir, walDir), logger, noSync); err == nil {
 			s = checkedStore{w}
 		}
 	default:
@@ -235,8 +259,9 @@ func verifyLog(s raft.LogStore) error {
 // append (about 30% of append time measured here); the cost is a scan to
 // rebuild the freelist when the file opens. An append is still a bolt
 // commit: its pages, an fdatasync, the meta page, another fdatasync
-// (BenchmarkLogAppend).
-func openBolt(dir string) (*raftboltdb.BoltStore, error) {
+// (BenchmarkLogAppend). With noSync, neither (raft-boltdb's NoSync, which
+// etcd's --unsafe-no-fsync sets on its own bolt file too).
+func openBolt(dir string, noSync bool) (*raftboltdb.BoltStore, error) {
 	path := filepath.Join(dir, boltFile)
 	err := checkBoltLocked(path, boltFile)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -245,11 +270,16 @@ func openBolt(dir string) (*raftboltdb.BoltStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: boltOptions()})
+	s, err := raftboltdb.New(boltStoreOptions(path, noSync))
 	if errors.Is(err, bbolt.ErrTimeout) {
 		return nil, errStoreLocked
 	}
 	return s, err
+}
+
+// boltStoreOptions are the options of the raft.db at path.
+func boltStoreOptions(path string, noSync bool) raftboltdb.Options {
+	return raftboltdb.Options{Path: path, BoltOptions: boltOptions(), NoSync: noSync}
 }
 
 func boltOptions() *bbolt.Options {

@@ -1,6 +1,7 @@
 package logstore
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,8 +16,11 @@ import (
 // Config says which store to open, where, and what to report to.
 type Config struct {
 	// DataDir is the member's data dir: the store is DataDir/wal/ or
-	// DataDir/raft.db. Open creates it when missing.
+	// DataDir/raft.db, unless LogDir is set. Open creates it when missing.
 	DataDir string
+	// LogDir, when set, holds the store instead of DataDir (--wal-dir).
+	// The advice of a CorruptError names both.
+	LogDir string
 	// Kind names the store: WAL or BoltDB. An existing data dir keeps the
 	// store it holds and refuses another by name (MismatchError); empty
 	// means that store, or Default in a new data dir.
@@ -31,6 +35,12 @@ type Config struct {
 	// ProbeInterval is how often Probe tries the disk while the store
 	// cannot persist; zero means 1 s.
 	ProbeInterval time.Duration
+	// NoSync writes without fsync (etcd's --unsafe-no-fsync): raft-wal's
+	// segment files and meta database, or raft.db. An append returns once
+	// the OS has the bytes, so a crash of the machine (not of the process)
+	// can lose entries this member acknowledged, and with them its
+	// agreement with the others. For tests and throw-away clusters only.
+	NoSync bool
 }
 
 // Store is one member's raft log and stable store: raft.LogStore,
@@ -49,9 +59,12 @@ type Config struct {
 // raft's calls wait out a reopen and never see a closed store.
 type Store struct {
 	dir, kind string
-	log       *slog.Logger
-	health    *Health
-	metrics   *metrics
+	// dataDir and logDir are Config's, for the advice to the operator
+	// (WhatToDelete); dir is where the store is.
+	dataDir, logDir string
+	log             *slog.Logger
+	health          *Health
+	metrics         *metrics
 	// interval and ticker pace Probe; tests replace ticker.
 	interval time.Duration
 	ticker   func(time.Duration) (<-chan time.Time, func())
@@ -77,24 +90,25 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.ProbeInterval == 0 {
 		cfg.ProbeInterval = defaultProbeInterval
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+	dir := cmp.Or(cfg.LogDir, cfg.DataDir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	kind, err := choose(cfg.DataDir, cfg.Kind)
+	kind, err := choose(dir, cfg.Kind)
 	if err != nil {
 		return nil, err
 	}
-	open := func() (backend, error) { return openStore(cfg.DataDir, kind, cfg.WALLogger) }
+	open := func() (backend, error) { return openStoreNoSync(dir, kind, cfg.WALLogger, cfg.NoSync) }
 	disk, err := open()
 	if err != nil {
 		if c := (*CorruptError)(nil); errors.As(err, &c) {
-			c.ID = cfg.ID
+			c.ID, c.DataDir, c.LogDir = cfg.ID, cfg.DataDir, cfg.LogDir
 			return nil, c
 		}
-		return nil, fmt.Errorf("open %s raft log in %s: %w", kind, cfg.DataDir, err)
+		return nil, fmt.Errorf("open %s raft log in %s: %w", kind, dir, err)
 	}
 	h := NewHealth(cfg.Logger)
-	return &Store{dir: cfg.DataDir, kind: kind, log: cfg.Logger, health: h, metrics: newMetrics(h),
+	return &Store{dir: dir, kind: kind, dataDir: cfg.DataDir, logDir: cfg.LogDir, log: cfg.Logger, health: h, metrics: newMetrics(h),
 		interval: cfg.ProbeInterval, ticker: systemTicker, disk: disk, open: open}, nil
 }
 

@@ -132,8 +132,8 @@ func (s *Store) verified(id uint64, r verifier.VerificationReport) {
 	case errors.As(r.Err, &mismatch):
 		s.metrics.verifications.WithLabelValues("mismatch").Inc()
 		s.log.Error(fmt.Sprintf("this member's raft log does not match the leader's, so its state must not be trusted: "+
-			"remove it from the cluster (etcdctl member remove %x), delete the data dir %s, then add it again "+
-			"(etcdctl member add) and start it with --initial-cluster-state existing", id, s.dir),
+			"remove it from the cluster (etcdctl member remove %x), delete %s, then add it again "+
+			"(etcdctl member add) and start it with --initial-cluster-state existing", id, WhatToDelete(s.dataDir, s.logDir)),
 			"range", r.Range.String(), "err", r.Err)
 	default:
 		s.metrics.verifications.WithLabelValues("error").Inc()

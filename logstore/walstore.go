@@ -8,9 +8,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -18,7 +20,8 @@ import (
 	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/metadb"
 	"github.com/hashicorp/raft-wal/segment"
-	waltypes "github.com/hashicorp/raft-wal/types"
+	"github.com/hashicorp/raft-wal/types"
+	"go.etcd.io/bbolt"
 )
 
 // walStore is raft-wal with two additions.
@@ -42,9 +45,10 @@ import (
 // another).
 type walStore struct {
 	*wal.WAL
-	last *os.File
-	mu   *sync.Mutex
-	log  hclog.Logger
+	last   *os.File
+	mu     *sync.Mutex
+	log    hclog.Logger
+	noSync bool // --unsafe-no-fsync: last is not synced either
 }
 
 // errLogShortened is a wal log that opened shorter than it was written.
@@ -99,7 +103,7 @@ func (s walStore) writeLast(index uint64, sync bool) error {
 	if _, err := s.last.WriteAt(binary.LittleEndian.AppendUint64(nil, index), 0); err != nil {
 		return err
 	}
-	if sync {
+	if sync && !s.noSync {
 		return s.last.Sync()
 	}
 	return nil
@@ -132,8 +136,9 @@ func (s walStore) Close() error {
 // a CRC of the batch, then fsync), and on opening checks only the last
 // batch of the newest segment: a torn last batch is dropped as never
 // acknowledged. It reads records back without a checksum, so openStore
-// wraps it in checkedStore.
-func openWAL(dir string, logger hclog.Logger) (walStore, error) {
+// wraps it in checkedStore. With noSync, nothing is fsynced: see noSyncFS
+// and noSyncMeta.
+func openWAL(dir string, logger hclog.Logger, noSync bool) (walStore, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return walStore{}, fmt.Errorf("wal dir: %w", err)
 	}
@@ -172,13 +177,23 @@ func openWAL(dir string, logger hclog.Logger) (walStore, error) {
 		lastFile.Close()
 		return walStore{}, err
 	}
-	w, err := wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(logger), wal.WithMetaStore(meta))
+	var vfs types.VFS = walFS()
+	if noSync {
+		if err := noSyncMeta(meta); err != nil {
+			meta.Close()
+			lastFile.Close()
+			return walStore{}, err
+		}
+		vfs = noSyncFS{vfs}
+	}
+	w, err := wal.Open(dir, wal.WithSegmentSize(walSegmentSize), wal.WithLogger(logger), wal.WithMetaStore(meta),
+		wal.WithSegmentFiler(segment.NewFiler(dir, vfs)))
 	if err != nil {
 		meta.Close()
 		lastFile.Close()
 		return walStore{}, err
 	}
-	s := walStore{WAL: w, last: lastFile, mu: new(sync.Mutex), log: logger}
+	s := walStore{WAL: w, last: lastFile, mu: new(sync.Mutex), log: logger, noSync: noSync}
 	if got, err := w.LastIndex(); err != nil || got < written {
 		s.Close()
 		if err != nil {
@@ -234,7 +249,7 @@ func finishRotation(dir string, meta *metadb.BoltMetaDB, logger hclog.Logger) er
 	now := time.Now()
 	tail.SealTime, tail.MaxIndex, tail.IndexStart = now, last, indexStart
 	st.Segments[n-1] = tail
-	st.Segments = append(st.Segments, waltypes.SegmentInfo{
+	st.Segments = append(st.Segments, types.SegmentInfo{
 		ID:         st.NextSegmentID,
 		BaseIndex:  last + 1,
 		MinIndex:   last + 1,
@@ -248,5 +263,54 @@ func finishRotation(dir string, meta *metadb.BoltMetaDB, logger hclog.Logger) er
 	}
 	logger.Warn("finished a wal segment rotation that was cut short: the sealed segment is recorded and appends go to a new one",
 		"segment", tail.ID, "last-index", last)
+	return nil
+}
+
+// walFS is the file system raft-wal writes its segments through; tests
+// replace it to count fsyncs.
+var walFS = func() types.VFS { return walfs.New() }
+
+// noSyncFS is raft-wal's file system for --unsafe-no-fsync: segment files
+// whose Sync does nothing. raft-wal has no option of its own for it; an
+// append is otherwise its frames, then one fsync (of the file, and of the
+// directory on a new segment's first append).
+type noSyncFS struct{ types.VFS }
+
+func (fs noSyncFS) Create(dir, name string, size uint64) (types.WritableFile, error) {
+	f, err := fs.VFS.Create(dir, name, size)
+	if err != nil {
+		return nil, err
+	}
+	return noSyncFile{f}, nil
+}
+
+func (fs noSyncFS) OpenWriter(dir, name string) (types.WritableFile, error) {
+	f, err := fs.VFS.OpenWriter(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return noSyncFile{f}, nil
+}
+
+type noSyncFile struct{ types.WritableFile }
+
+func (noSyncFile) Sync() error { return nil }
+
+// noSyncMeta turns off the fsync of raft-wal's meta database, open, for
+// --unsafe-no-fsync: raft's term and vote and the segment list, as etcd's
+// flag leaves its own bolt file unsynced. raft-wal opens the database
+// itself and keeps the handle unexported, so it is reached by reflection;
+// an upgrade that renames or retypes the field is an error here, and
+// TestNoSyncWAL fails.
+func noSyncMeta(meta *metadb.BoltMetaDB) error {
+	f := reflect.ValueOf(meta).Elem().FieldByName("db")
+	if !f.IsValid() || f.Type() != reflect.TypeFor[*bbolt.DB]() {
+		return errors.New("--unsafe-no-fsync: raft-wal's meta database has no bbolt handle to turn fsync off on")
+	}
+	db := *(**bbolt.DB)(unsafe.Pointer(f.UnsafeAddr()))
+	if db == nil {
+		return errors.New("--unsafe-no-fsync: raft-wal's meta database is not open")
+	}
+	db.NoSync = true
 	return nil
 }

@@ -51,14 +51,22 @@ type Config struct {
 	// CommitNotifyInterval: see node.Config.
 	CommitNotifyInterval time.Duration
 	SnapshotCount        uint64
-	MaxRequestBytes      int
-	MaxTxnOps            int
+	// SnapshotCatchUpEntries: see node.Config (etcd's
+	// --snapshot-catchup-entries).
+	SnapshotCatchUpEntries uint64
+	// MaxSnapshots: see node.Config (etcd's --max-snapshots, whose 0,
+	// every snapshot, is a negative count here).
+	MaxSnapshots    int
+	MaxRequestBytes int
+	MaxTxnOps       int
 	// MaxConcurrentStreams bounds the gRPC streams of one client
 	// connection (etcd's --max-concurrent-streams); zero means 1<<20.
 	MaxConcurrentStreams uint32
 	// GRPCKeepalive is etcd's --grpc-keepalive-min-time, -interval and
 	// -timeout; zero values mean etcd's 5 s, 2 h and 20 s.
 	GRPCKeepalive GRPCKeepalive
+	// UnsafeNoFsync: see node.Config (etcd's --unsafe-no-fsync).
+	UnsafeNoFsync bool
 	// WALDir, when set, holds the raft log instead of DataDir (etcd's
 	// --wal-dir); the data dir records it, and refuses to start without it.
 	WALDir string

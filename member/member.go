@@ -116,6 +116,19 @@ func Start(cfg Config) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
+	if clientTLS != nil && (cfg.ClientTLS.ClientCertFile != "" || cfg.ClientTLS.ClientKeyFile != "") {
+		// etcd presents --client-cert-file/--client-key-file when it dials
+		// its own client URLs: its gRPC gateway does, under
+		// --client-cert-auth. corenode never dials a client URL (its
+		// gateway calls the server in process, over a pipe), so nothing
+		// presents them; they are loaded and checked all the same, as the
+		// dialing side's configuration, so that a flag carried over from
+		// etcd names a pair that works there too, and a wrong one stops
+		// the start here, by name.
+		if _, err := cfg.ClientTLS.clientConfig(""); err != nil {
+			return nil, err
+		}
+	}
 	peerTLS, err := tlsFor(cfg.ListenPeerURLs, cfg.PeerTLS, "peer-", "--listen-peer-urls")
 	if err != nil {
 		return nil, err
@@ -197,33 +210,36 @@ func Start(cfg Config) (*Member, error) {
 	fence := node.NewFence(logger)
 	m.peerMux.SetIdentity(fence)
 	m.node, err = node.New(node.Config{
-		Fence:               fence,
-		LeaseObserver:       tracker,
-		Name:                cfg.Name,
-		DataDir:             cfg.DataDir,
-		LogDir:              logDirPath,
-		ID:                  node.MemberID(cfg.InitialAdvertisePeerURLs, cfg.InitialClusterToken),
-		ResolveID:           func() (uint64, error) { return joinedID(m.peerMux, cfg, cmp.Or(cfg.ElectionTimeout, time.Second)) },
-		ClusterToken:        cfg.InitialClusterToken,
-		StrictReconfigCheck: cfg.StrictReconfigCheck,
-		MaxLearners:         cfg.MaxLearners,
-		PeerURLs:            cfg.InitialAdvertisePeerURLs,
-		ClientURLs:          cfg.AdvertiseClientURLs,
-		Transport:           m.peerMux.RaftTransport(logger),
-		Bootstrap:           bootstrap,
-		ForceNewCluster:     cfg.ForceNewCluster,
-		InitialMembers:      servers,
-		InitialMembersErr:   serversErr,
-		HeartbeatInterval:   cfg.HeartbeatInterval,
-		ElectionTimeout:     cfg.ElectionTimeout,
-		CommitNotify:        cfg.CommitNotifyInterval,
-		SnapshotCount:       cfg.SnapshotCount,
-		LogStore:            cfg.LogStore,
-		Logger:              logger,
-		RaftLog:             cfg.RaftLog,
-		Metrics:             cfg.Metrics,
-		Auth:                auth.New(auth.Config{Tokens: cfg.AuthTokens, TokenTTL: cfg.AuthTokenTTL, BcryptCost: cfg.BcryptCost}),
-		LogVerifyInterval:   cfg.LogVerifyInterval,
+		Fence:                  fence,
+		LeaseObserver:          tracker,
+		Name:                   cfg.Name,
+		DataDir:                cfg.DataDir,
+		LogDir:                 logDirPath,
+		ID:                     node.MemberID(cfg.InitialAdvertisePeerURLs, cfg.InitialClusterToken),
+		ResolveID:              func() (uint64, error) { return joinedID(m.peerMux, cfg, cmp.Or(cfg.ElectionTimeout, time.Second)) },
+		ClusterToken:           cfg.InitialClusterToken,
+		StrictReconfigCheck:    cfg.StrictReconfigCheck,
+		MaxLearners:            cfg.MaxLearners,
+		PeerURLs:               cfg.InitialAdvertisePeerURLs,
+		ClientURLs:             cfg.AdvertiseClientURLs,
+		Transport:              m.peerMux.RaftTransport(logger),
+		Bootstrap:              bootstrap,
+		ForceNewCluster:        cfg.ForceNewCluster,
+		InitialMembers:         servers,
+		InitialMembersErr:      serversErr,
+		HeartbeatInterval:      cfg.HeartbeatInterval,
+		ElectionTimeout:        cfg.ElectionTimeout,
+		CommitNotify:           cfg.CommitNotifyInterval,
+		SnapshotCount:          cfg.SnapshotCount,
+		SnapshotCatchUpEntries: cfg.SnapshotCatchUpEntries,
+		MaxSnapshots:           cfg.MaxSnapshots,
+		LogStore:               cfg.LogStore,
+		UnsafeNoFsync:          cfg.UnsafeNoFsync,
+		Logger:                 logger,
+		RaftLog:                cfg.RaftLog,
+		Metrics:                cfg.Metrics,
+		Auth:                   auth.New(auth.Config{Tokens: cfg.AuthTokens, TokenTTL: cfg.AuthTokenTTL, BcryptCost: cfg.BcryptCost}),
+		LogVerifyInterval:      cfg.LogVerifyInterval,
 	})
 	if err != nil {
 		return nil, err

@@ -40,7 +40,9 @@ type TLSInfo struct {
 	CipherSuites           []uint16
 	// ClientCertFile and ClientKeyFile, when given, are what a member
 	// presents when it dials the others instead of CertFile and KeyFile
-	// (etcd's --peer-client-cert-file, --peer-client-key-file).
+	// (etcd's --peer-client-cert-file, --peer-client-key-file). On the
+	// client side (etcd's --client-cert-file, --client-key-file) they are
+	// only checked at start: nothing dials a client URL (see Start).
 	ClientCertFile, ClientKeyFile string
 	// AllowedCNs and AllowedHostnames, when given, accept only
 	// certificates with one of those common names, or valid for one of
@@ -208,7 +210,10 @@ func (t TLSInfo) clientConfig(prefix string) (*tls.Config, error) {
 	if err != nil {
 		return nil, err
 	}
-	if t.ClientCertFile != "" || t.ClientKeyFile != "" {
+	if (t.ClientCertFile == "") != (t.ClientKeyFile == "") {
+		return nil, fmt.Errorf("--%sclient-cert-file and --%sclient-key-file go together: give both or neither", prefix, prefix)
+	}
+	if t.ClientCertFile != "" {
 		if cert, err = tls.LoadX509KeyPair(t.ClientCertFile, t.ClientKeyFile); err != nil {
 			return nil, fmt.Errorf("--%sclient-cert-file/--%sclient-key-file: %w", prefix, prefix, err)
 		}

@@ -235,3 +235,48 @@ func TestClientCRL(t *testing.T) {
 		t.Fatal("a certificate revoked by the new list was still served")
 	}
 }
+
+// TestClientCertFileChecked: --client-cert-file and --client-key-file,
+// which etcd presents when it dials its own client URLs, are loaded at
+// start: a member with a pair that loads starts; one naming a missing
+// file, a key of another certificate, or half a pair does not, and its
+// error names the flags.
+func TestClientCertFileChecked(t *testing.T) {
+	ca := membertest.NewCA(t, "cluster")
+	server := ca.Issue("member", net.ParseIP("127.0.0.1"))
+	client := ca.Issue("gateway")
+	info := member.TLSInfo{CertFile: server.CertFile, KeyFile: server.KeyFile, TrustedCAFile: ca.File, ClientCertAuth: true}
+	for name, c := range map[string]struct {
+		cert, key, want string
+	}{
+		"missing file":      {filepath.Join(t.TempDir(), "none.crt"), client.KeyFile, "--client-cert-file/--client-key-file"},
+		"another's key":     {client.CertFile, server.KeyFile, "--client-cert-file/--client-key-file"},
+		"certificate alone": {client.CertFile, "", "--client-cert-file and --client-key-file go together"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			bad := info
+			bad.ClientCertFile, bad.ClientKeyFile = c.cert, c.key
+			m, err := member.Start(member.Config{Name: "a", DataDir: t.TempDir(), ClientTLS: bad,
+				ListenClientURLs: []string{"https://127.0.0.1:0"}, AdvertiseClientURLs: []string{"https://127.0.0.1:2379"},
+				ListenPeerURLs: []string{"http://127.0.0.1:0"}, InitialAdvertisePeerURLs: []string{"http://127.0.0.1:2380"},
+				InitialCluster: "a=http://127.0.0.1:2380", Logger: membertest.Logger()})
+			if err == nil {
+				m.Close()
+				t.Fatal("started")
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%v, want an error naming %s", err, c.want)
+			}
+		})
+	}
+	t.Run("a pair that loads", func(t *testing.T) {
+		good := info
+		good.ClientCertFile, good.ClientKeyFile = client.CertFile, client.KeyFile
+		c := membertest.New(t, 1, membertest.WithTLS(good, info, ca.ClientConfig(client)))
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := c.Client(0).Put(ctx, "k", "v"); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -73,6 +73,19 @@ type Config struct {
 	// SnapshotCount is the number of applied entries that triggers a snapshot
 	// and log truncation.
 	SnapshotCount uint64
+	// SnapshotCatchUpEntries is how many entries the log keeps behind the
+	// last one when a snapshot truncates it (raft's TrailingLogs, etcd's
+	// --snapshot-catchup-entries): a follower that fell behind by fewer
+	// catches up from the log rather than from a whole snapshot. Zero means
+	// DefaultSnapshotCatchUpEntries, or SnapshotCount when that is lower,
+	// so a member that snapshots often (as tests do) keeps a log as short
+	// as its snapshot interval.
+	SnapshotCatchUpEntries uint64
+	// MaxSnapshots is how many snapshots the data dir keeps (etcd's
+	// --max-snapshots): raft removes the oldest beyond it after each new
+	// one, and the member at start. Zero means DefaultMaxSnapshots; a
+	// negative count keeps every snapshot.
+	MaxSnapshots int
 	// SnapshotInterval is how often raft checks SnapshotCount.
 	SnapshotInterval time.Duration
 	// LogDir holds the raft log store; empty means DataDir.
@@ -82,6 +95,11 @@ type Config struct {
 	// name (logstore.MismatchError); empty means that store, or
 	// logstore.Default in a new data dir.
 	LogStore string
+	// UnsafeNoFsync writes the raft log and raft's term and vote without
+	// fsync (etcd's --unsafe-no-fsync; logstore.Config.NoSync): a machine
+	// crash can lose what this member acknowledged. Snapshots are still
+	// synced: raft's file snapshot store has no way to skip it.
+	UnsafeNoFsync bool
 	// StorageProbeInterval is how often a member that cannot persist its
 	// raft state (a full disk) tries the disk again (logstore's Probe);
 	// zero means 1 s.
@@ -108,6 +126,13 @@ type Config struct {
 	wrapLog func(raft.LogStore) raft.LogStore
 }
 
+// DefaultSnapshotCatchUpEntries is etcd's default of
+// --snapshot-catchup-entries.
+const DefaultSnapshotCatchUpEntries = 5000
+
+// DefaultMaxSnapshots is etcd's default of --max-snapshots.
+const DefaultMaxSnapshots = 5
+
 // withDefaults is cfg with its zero durations and counts, and its logger,
 // given their defaults.
 func (cfg Config) withDefaults() Config {
@@ -125,6 +150,12 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.SnapshotCount == 0 {
 		cfg.SnapshotCount = 10000
+	}
+	if cfg.SnapshotCatchUpEntries == 0 {
+		cfg.SnapshotCatchUpEntries = min(cfg.SnapshotCount, DefaultSnapshotCatchUpEntries)
+	}
+	if cfg.MaxSnapshots == 0 {
+		cfg.MaxSnapshots = DefaultMaxSnapshots
 	}
 	if cfg.SnapshotInterval == 0 {
 		cfg.SnapshotInterval = 30 * time.Second

@@ -31,3 +31,21 @@ func TestCandidateRetriesAfterHeartbeatTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotCatchUpEntriesDefault: the entries kept behind a snapshot
+// are etcd's 5000 by default, the snapshot interval when that is shorter,
+// and what the config says when it says.
+func TestSnapshotCatchUpEntriesDefault(t *testing.T) {
+	for _, c := range []struct{ count, catchUp, want uint64 }{
+		{0, 0, DefaultSnapshotCatchUpEntries},
+		{10000, 0, 5000},
+		{4, 0, 4},
+		{10000, 7, 7},
+		{4, 100, 100},
+	} {
+		cfg := Config{SnapshotCount: c.count, SnapshotCatchUpEntries: c.catchUp}.withDefaults()
+		if got := raftConfig(cfg, nil).TrailingLogs; got != c.want {
+			t.Errorf("snapshot count %d, catch-up entries %d: raft keeps %d entries behind a snapshot, want %d", c.count, c.catchUp, got, c.want)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/corenode/corenode/fsm"
+	"github.com/corenode/corenode/logstore"
 )
 
 // A member never applies two histories. Two guards keep it so:
@@ -45,16 +46,17 @@ type HistoryError struct {
 	What   string // what was found
 	ID     uint64 // this member's
 	Dir    string // its data dir
+	LogDir string // its raft log's dir (--wal-dir), or empty
 	Others string // the members of the other history
 }
 
 func (e *HistoryError) Error() string {
 	return fmt.Sprintf("%v: %s. Both histories may hold acknowledged writes the other lacks. "+
-		"To keep the cluster's (%s): remove this member (etcdctl member remove %x), delete its data dir %s, "+
+		"To keep the cluster's (%s): remove this member (etcdctl member remove %x), delete %s, "+
 		"add it again (etcdctl member add) and start it with --initial-cluster-state existing. "+
 		"To keep this member's instead: stop the others and restart this member alone with --force-new-cluster, "+
 		"then add members back (docs/operations.md#losing-members-for-good)",
-		ErrAnotherHistory, e.What, e.Others, e.ID, e.Dir)
+		ErrAnotherHistory, e.What, e.Others, e.ID, logstore.WhatToDelete(e.Dir, e.LogDir))
 }
 
 func (e *HistoryError) Unwrap() error { return ErrAnotherHistory }
@@ -68,10 +70,11 @@ func (e *HistoryError) Unwrap() error { return ErrAnotherHistory }
 // and incarnation are set before then, in New); the incarnation changes on
 // the FSM's apply goroutine. Halted is closed at most once.
 type Fence struct {
-	log *slog.Logger
-	id  atomic.Uint64
-	inc atomic.Uint64
-	dir string
+	log    *slog.Logger
+	id     atomic.Uint64
+	inc    atomic.Uint64
+	dir    string
+	logDir string
 
 	mu sync.Mutex
 	// foreign is each peer met with another incarnation, and that one.
@@ -134,7 +137,7 @@ func (f *Fence) Admit(id, incarnation uint64) error {
 		f.halt(&HistoryError{
 			What: fmt.Sprintf("a quorum of the voters (%s) holds cluster incarnation %x, this member %x",
 				strings.Join(others, ", "), incarnation, own),
-			ID: f.id.Load(), Dir: f.dir, Others: strings.Join(others, ", "),
+			ID: f.id.Load(), Dir: f.dir, LogDir: f.logDir, Others: strings.Join(others, ", "),
 		})
 	}
 	return err
@@ -226,7 +229,7 @@ func (n *Node) checkAppend(a *raft.AppendEntriesRequest) error {
 		err := &HistoryError{
 			What: fmt.Sprintf("the leader %x (term %d) sent entry %d of term %d, which differs from the entry of term %d this member applied",
 				leader, a.Term, e.Index, e.Term, have.Term),
-			ID: n.cfg.ID, Dir: n.cfg.DataDir, Others: fmt.Sprintf("led by %x", leader),
+			ID: n.cfg.ID, Dir: n.cfg.DataDir, LogDir: n.cfg.LogDir, Others: fmt.Sprintf("led by %x", leader),
 		}
 		n.fence.halt(err)
 		return err
@@ -243,7 +246,7 @@ func (n *Node) setUpFence() error {
 		n.fence = NewFence(n.log)
 	}
 	n.fence.id.Store(n.cfg.ID)
-	n.fence.dir = n.cfg.DataDir
+	n.fence.dir, n.fence.logDir = n.cfg.DataDir, n.cfg.LogDir
 	// raft-boltdb answers a missing key with "not found", raft-wal with 0.
 	inc, err := n.store.GetUint64(keyIncarnation)
 	if err != nil && err.Error() != "not found" {

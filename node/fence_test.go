@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"log/slog"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -139,5 +140,18 @@ func TestCheckAppendRefusesReplacingAppliedEntries(t *testing.T) {
 	n.fence = NewFence(slog.New(slog.DiscardHandler))
 	if err := send(other(3, 3)); err != nil || n.fence.HaltErr() != nil {
 		t.Fatalf("an append of an older term than the member's: %v (halted: %v), want it left to raft", err, n.fence.HaltErr())
+	}
+}
+
+// TestHistoryErrorNamesWALDir: a member halted for another history is told
+// to delete its data dir and, with --wal-dir, the wal dir's contents too.
+func TestHistoryErrorNamesWALDir(t *testing.T) {
+	msg := (&HistoryError{What: "x", ID: 1, Dir: "/d", LogDir: "/w", Others: "2"}).Error()
+	if want := "delete the data dir /d and the contents of the wal dir /w (--wal-dir)"; !strings.Contains(msg, want) {
+		t.Errorf("%q does not say %q", msg, want)
+	}
+	msg = (&HistoryError{What: "x", ID: 1, Dir: "/d", Others: "2"}).Error()
+	if want := "delete the data dir /d, "; !strings.Contains(msg, want) {
+		t.Errorf("%q does not say %q", msg, want)
 	}
 }

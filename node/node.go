@@ -1,7 +1,6 @@
 package node
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -128,10 +127,15 @@ func New(cfg Config) (_ *Node, err error) {
 		removed: make(chan struct{})}
 	n.confirmRounds = round.New(func() (struct{}, error) { return struct{}{}, n.verifyOnce() })
 
-	store, err := logstore.Open(logstore.Config{DataDir: cmp.Or(cfg.LogDir, cfg.DataDir), Kind: cfg.LogStore, ID: cfg.ID, Logger: cfg.Logger,
-		WALLogger: raftLogger(cfg, "wal"), ProbeInterval: cfg.StorageProbeInterval})
+	store, err := logstore.Open(logstore.Config{DataDir: cfg.DataDir, LogDir: cfg.LogDir, Kind: cfg.LogStore, ID: cfg.ID, Logger: cfg.Logger,
+		WALLogger: raftLogger(cfg, "wal"), ProbeInterval: cfg.StorageProbeInterval, NoSync: cfg.UnsafeNoFsync})
 	if err != nil {
 		return nil, fmt.Errorf("node: %w", err)
+	}
+	if cfg.UnsafeNoFsync {
+		n.log.Warn("--unsafe-no-fsync: the raft log is written without fsync; unsafe, will cause data loss "+
+			"if the machine crashes or loses power (writes this member acknowledged, and its agreement with the others)",
+			"log-store", store.Kind())
 	}
 	// Until New returns the node, a failure undoes what it opened and
 	// started, the latest first.
@@ -145,13 +149,13 @@ func New(cfg Config) (_ *Node, err error) {
 	}()
 	undo = append(undo, func() { store.Close() })
 	n.store, n.health = store, store.Health()
-	snaps, err := openSnapshots(cfg.DataDir, 2, cfg.Logger)
+	snaps, err := openSnapshots(cfg.DataDir, snapshotsRetained(cfg.MaxSnapshots), cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("node: open snapshot store: %w", err)
 	}
 	n.snaps = snaps
 	if err := checkSnapshotCoversLog(store, snaps); err != nil {
-		return nil, fmt.Errorf("node: %w", &logstore.CorruptError{DataDir: cfg.DataDir, Store: store.Kind(), ID: cfg.ID, Err: err})
+		return nil, fmt.Errorf("node: %w", &logstore.CorruptError{DataDir: cfg.DataDir, LogDir: cfg.LogDir, Store: store.Kind(), ID: cfg.ID, Err: err})
 	}
 	has, err := raft.HasExistingState(store, store, snaps)
 	if err != nil {

@@ -35,7 +35,7 @@ func raftConfig(cfg Config, notify chan bool) *raft.Config {
 	rc.CommitTimeout = cfg.CommitNotify
 	rc.SnapshotThreshold = cfg.SnapshotCount
 	rc.SnapshotInterval = cfg.SnapshotInterval
-	rc.TrailingLogs = cfg.SnapshotCount
+	rc.TrailingLogs = cfg.SnapshotCatchUpEntries
 	rc.MaxAppendEntries = 512
 	rc.BatchApplyCh = true
 	rc.NotifyCh = notify

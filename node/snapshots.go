@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -32,9 +33,12 @@ type snapshotStore struct {
 	log *slog.Logger
 }
 
-// openSnapshots opens the snapshot store under dataDir, first removing the
-// temporary directories a crash or a failed write left there: raft never
-// reads them (it skips names ending in .tmp), so they are only lost space.
+// openSnapshots opens the snapshot store under dataDir, keeping the newest
+// retain snapshots, first removing the temporary directories a crash or a
+// failed write left there: raft never reads them (it skips names ending in
+// .tmp), so they are only lost space. Snapshots beyond retain go at once
+// (raft reaps only after it takes one), so a lower --max-snapshots frees
+// the space when the member starts, as etcd's purge does soon after.
 func openSnapshots(dataDir string, retain int, log *slog.Logger) (*snapshotStore, error) {
 	dir := filepath.Join(dataDir, "snapshots")
 	if err := removeTempSnapshots(dir, log); err != nil {
@@ -44,7 +48,20 @@ func openSnapshots(dataDir string, retain int, log *slog.Logger) (*snapshotStore
 	if err != nil {
 		return nil, err
 	}
+	if err := fs.ReapSnapshots(); err != nil {
+		return nil, fmt.Errorf("remove snapshots beyond the newest %d: %w", retain, err)
+	}
 	return &snapshotStore{FileSnapshotStore: fs, dir: dir, log: log}, nil
+}
+
+// snapshotsRetained is the retain count of raft's snapshot store for
+// Config.MaxSnapshots: raft has no "keep all", so a negative count (etcd's
+// --max-snapshots 0) is the largest int, which its reaping never reaches.
+func snapshotsRetained(maxSnapshots int) int {
+	if maxSnapshots < 0 {
+		return math.MaxInt
+	}
+	return maxSnapshots
 }
 
 // checkSnapshotCoversLog refuses a log that was truncated behind a

@@ -94,3 +94,58 @@ func TestSnapshotOnFullDiskLeavesNothingBehind(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotKeepsCatchUpEntries: a snapshot truncates the log to
+// SnapshotCatchUpEntries behind its end, not to the snapshot interval.
+func TestSnapshotKeepsCatchUpEntries(t *testing.T) {
+	nodes := startInmem(t, 1, noCheckpoints, func(cfg *Config) {
+		cfg.SnapshotCount, cfg.SnapshotCatchUpEntries = 20, 5
+	})
+	n := nodes[waitLeader(t, nodes)]
+	for i := range 40 {
+		put(t, n, fmt.Sprintf("k%d", i))
+	}
+	if err := n.raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	first, err := n.logs.FirstIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := n.logs.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept := last - first + 1; kept != 5 {
+		t.Fatalf("the log holds %d..%d after a snapshot: %d entries, want 5", first, last, kept)
+	}
+}
+
+// TestMaxSnapshotsKept: a member keeps its newest MaxSnapshots snapshots,
+// every one with a negative count, and a member started with a lower count
+// removes the oldest at start.
+func TestMaxSnapshotsKept(t *testing.T) {
+	for _, c := range []struct{ max, want int }{{0, DefaultMaxSnapshots}, {3, 3}, {1, 1}, {-1, 7}} {
+		t.Run(fmt.Sprint(c.max), func(t *testing.T) {
+			cl := newInmemCluster(t, 1, noCheckpoints, func(cfg *Config) { cfg.MaxSnapshots = c.max })
+			n := cl.nodes[waitLeader(t, cl.nodes)]
+			for i := range 7 {
+				put(t, n, fmt.Sprintf("k%d", i)) // raft snapshots only past its last one
+				if err := n.raft.Snapshot().Error(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := snapshotDirs(t, cl.cfgs[0].DataDir); len(got) != c.want {
+				t.Fatalf("7 snapshots taken with MaxSnapshots %d: %d kept (%v), want %d", c.max, len(got), got, c.want)
+			}
+			if c.max >= 0 && c.max < 2 {
+				return
+			}
+			cl.cfgs[0].MaxSnapshots = 2
+			cl.restart(0)
+			if got := snapshotDirs(t, cl.cfgs[0].DataDir); len(got) != 2 {
+				t.Fatalf("restarted with MaxSnapshots 2: %d kept (%v)", len(got), got)
+			}
+		})
+	}
+}

@@ -23,7 +23,8 @@ type options struct {
 	listenPeer, advertisePeer                   []string
 	initialCluster, initialState, initialToken  string
 	heartbeatMS, electionMS, commitNotifyMS     int
-	snapshotCount                               int
+	snapshotCount, snapshotCatchUp              int
+	maxSnapshots                                int
 	logStore                                    string
 	maxRequestBytes, maxTxnOps                  int
 	maxConcurrentStreams                        int
@@ -44,7 +45,7 @@ type options struct {
 	authTokens                                  auth.TokenKind
 	authTokenTTL, bcryptCost                    int
 	strictReconfigCheck                         bool
-	forceNewCluster                             bool
+	forceNewCluster, unsafeNoFsync              bool
 	selfSignedCertValidity                      int
 	maxLearners                                 int
 	dns                                         member.DNSConfig

@@ -649,3 +649,67 @@ func TestUnixSocketClientURL(t *testing.T) {
 		t.Fatalf("put over %s: %v", sock, err)
 	}
 }
+
+// TestSnapshotCatchUpEntriesFlag: --snapshot-catchup-entries and etcd's two
+// older spellings set the entries kept behind a snapshot, etcd's 5000 by
+// default; a count below 1 stops the start.
+func TestSnapshotCatchUpEntriesFlag(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, c := range []struct {
+		args []string
+		want uint64
+	}{
+		{nil, 5000},
+		{[]string{"--snapshot-catchup-entries=100"}, 100},
+		{[]string{"--experimental-snapshot-catchup-entries=200"}, 200},
+		{[]string{"--experimental-snapshot-catch-up-entries=300"}, 300},
+	} {
+		s, err := parseFlags(c.args, nil)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		cfg, err := memberConfig(&s.o, quiet)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if cfg.SnapshotCatchUpEntries != c.want {
+			t.Errorf("%v: %d entries kept behind a snapshot, want %d", c.args, cfg.SnapshotCatchUpEntries, c.want)
+		}
+	}
+	s, err := parseFlags([]string{"--snapshot-catchup-entries=0"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := memberConfig(&s.o, quiet); err == nil || !strings.Contains(err.Error(), "--snapshot-catchup-entries") {
+		t.Errorf("--snapshot-catchup-entries=0: %v, want an error naming the flag", err)
+	}
+}
+
+// TestMaxSnapshotsFlag: --max-snapshots is the snapshots kept, etcd's 5 by
+// default, and its 0 keeps every one (a negative count in the config).
+func TestMaxSnapshotsFlag(t *testing.T) {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, c := range []struct {
+		args []string
+		want int
+	}{{nil, 5}, {[]string{"--max-snapshots=2"}, 2}, {[]string{"--max-snapshots=0"}, -1}} {
+		s, err := parseFlags(c.args, nil)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		cfg, err := memberConfig(&s.o, quiet)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if cfg.MaxSnapshots != c.want {
+			t.Errorf("%v: MaxSnapshots %d, want %d", c.args, cfg.MaxSnapshots, c.want)
+		}
+	}
+	s, err := parseFlags([]string{"--max-snapshots=-1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := memberConfig(&s.o, quiet); err == nil || !strings.Contains(err.Error(), "--max-snapshots") {
+		t.Errorf("--max-snapshots=-1: %v, want an error naming the flag", err)
+	}
+}

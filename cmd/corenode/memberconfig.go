@@ -97,6 +97,17 @@ func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 	if o.snapshotCount < 1 {
 		return member.Config{}, fmt.Errorf("--snapshot-count (%d) must be positive", o.snapshotCount)
 	}
+	if o.snapshotCatchUp < 1 {
+		return member.Config{}, fmt.Errorf("--snapshot-catchup-entries (%d) must be positive", o.snapshotCatchUp)
+	}
+	if o.maxSnapshots < 0 {
+		return member.Config{}, fmt.Errorf("--max-snapshots (%d) must not be negative (0 keeps every snapshot)", o.maxSnapshots)
+	}
+	// etcd's 0 keeps every snapshot; the config's 0 is the default.
+	maxSnapshots := o.maxSnapshots
+	if maxSnapshots == 0 {
+		maxSnapshots = -1
+	}
 	if o.maxConcurrentStreams < 1 || o.maxConcurrentStreams > math.MaxUint32 {
 		return member.Config{}, fmt.Errorf("--max-concurrent-streams (%d) must be between 1 and %d", o.maxConcurrentStreams, uint32(math.MaxUint32))
 	}
@@ -134,11 +145,14 @@ func memberConfig(o *options, logger *slog.Logger) (member.Config, error) {
 		InitialClusterToken:         o.initialToken,
 		StrictReconfigCheck:         o.strictReconfigCheck,
 		ForceNewCluster:             o.forceNewCluster,
+		UnsafeNoFsync:               o.unsafeNoFsync,
 		MaxLearners:                 o.maxLearners,
 		HeartbeatInterval:           time.Duration(o.heartbeatMS) * time.Millisecond,
 		ElectionTimeout:             time.Duration(o.electionMS) * time.Millisecond,
 		CommitNotifyInterval:        time.Duration(o.commitNotifyMS) * time.Millisecond,
 		SnapshotCount:               uint64(o.snapshotCount),
+		SnapshotCatchUpEntries:      uint64(o.snapshotCatchUp),
+		MaxSnapshots:                maxSnapshots,
 		LogStore:                    o.logStore,
 		MaxRequestBytes:             o.maxRequestBytes,
 		MaxTxnOps:                   o.maxTxnOps,
