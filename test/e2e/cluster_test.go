@@ -45,8 +45,10 @@ type member struct {
 	name      string
 	clientURL string
 	peerURL   string
-	dataDir   string
-	logPath   string
+	// metricsURL is set by a test that gives the member one (--listen-metrics-urls).
+	metricsURL string
+	dataDir    string
+	logPath    string
 	// extra flags override the cluster's (the last of a repeated flag wins).
 	extra []string
 
@@ -62,6 +64,13 @@ type cluster struct {
 	// common flags go to every member, before its extra ones.
 	common  []string
 	members []*member
+	// launch, when set, replaces flags: it gives a member's command line
+	// and the variables added to its environment (the test's own CORENODE_*
+	// and ETCD_* ones are never passed on).
+	launch func(m *member) (args, env []string)
+	// ctlFlags go before the arguments of the etcdctl runs the cluster's
+	// own waits make (the TLS files of a cluster that wants them).
+	ctlFlags []string
 }
 
 func requireEtcdctl(t *testing.T) {
@@ -127,9 +136,16 @@ func freePorts(t *testing.T, n int) []int {
 
 func startCluster(t *testing.T, bin string, common ...string) *cluster {
 	t.Helper()
+	return startClusterWith(t, bin, func(c *cluster) { c.common = common })
+}
+
+// startClusterWith is startCluster with setup applied to each attempt's
+// cluster, on its fresh ports, before its members start.
+func startClusterWith(t *testing.T, bin string, setup func(c *cluster)) *cluster {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
 		c := newCluster(t, bin, attempt)
-		c.common = common
+		setup(c)
 		err := c.startAll()
 		if err == nil {
 			err = c.waitHealthy(c.members, 30*time.Second)
@@ -225,14 +241,17 @@ func (c *cluster) start(m *member) error {
 		}
 		m.logs = f
 	}
-	args := c.flags(m)
+	args, env := c.flags(m), []string(nil)
+	if c.launch != nil {
+		args, env = c.launch(m)
+	}
 	fmt.Fprintf(m.logs, "=== %s start: %s %s\n", time.Now().Format(time.RFC3339Nano), c.bin, strings.Join(args, " "))
 	cmd := exec.Command(c.bin, args...)
 	if us := os.Getenv(diskLatencyEnv); us != "" {
 		cmd = exec.Command("strace", append([]string{"-f", "--seccomp-bpf", "-qq", "-o", "/dev/null",
 			"-e", "trace=fsync,fdatasync", "-e", "inject=fsync,fdatasync:delay_exit=" + us, "--", c.bin}, args...)...)
 	}
-	cmd.Env = envWithout("CORENODE_", "ETCD_")
+	cmd.Env = append(envWithout("CORENODE_", "ETCD_"), env...)
 	cmd.Stdout = m.logs
 	cmd.Stderr = m.logs
 	if err := cmd.Start(); err != nil {
@@ -335,7 +354,7 @@ func (c *cluster) waitHealthy(ms []*member, timeout time.Duration) error {
 			if !m.running() {
 				return fmt.Errorf("%s exited before it was healthy", m.name)
 			}
-			res := ctl([]string{m.clientURL}, "", "--command-timeout=2s", "endpoint", "health")
+			res := ctl([]string{m.clientURL}, "", append(slices.Clone(c.ctlFlags), "--command-timeout=2s", "endpoint", "health")...)
 			if res.err == nil {
 				break
 			}

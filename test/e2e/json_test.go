@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -128,7 +129,7 @@ func leaderOf(c *cluster, st []endpointStatus) (uint64, *member, error) {
 }
 
 func (c *cluster) statusOf(eps []string) ([]endpointStatus, error) {
-	r := ctl(eps, "", "endpoint", "status", "-w", "json")
+	r := ctl(eps, "", append(slices.Clone(c.ctlFlags), "endpoint", "status", "-w", "json")...)
 	if r.err != nil {
 		return nil, fmt.Errorf("etcdctl endpoint status: %v", r)
 	}
