@@ -6,8 +6,9 @@
 // failpoint and against the same cluster, every run also grants short-TTL
 // leases (leaseMinTTL to leaseMaxTTL seconds), attaches one key to each,
 // never keeps them alive, and watches the keys disappear: a linearizable read of
-// the keys' prefix through every member every pollEvery, a watch of the
-// prefix on every member, each member's leader and term, and canary
+// the keys' prefix through every member every pollEvery (and TimeToLive of
+// a lease whose put failed), a watch of the prefix on every member, each
+// member's leader and term, and canary
 // commits (grants of leases without keys, which make no revision) that
 // show when the cluster could commit. What it saw is written as a history
 // in jepsen-lite's format and checked by jepsen-lite's lease checker
@@ -98,6 +99,7 @@ const (
 	kindGrant    = "grant"
 	kindLeasePut = "lease-put"
 	kindLeaseGet = "lease-get"
+	kindTTL      = "timetolive"
 	kindWatch    = "watch"
 	kindCanary   = "canary"
 	kindStatus   = "status"
@@ -112,8 +114,13 @@ type expiryLease struct {
 	ttl      int64
 	grantAt  time.Duration // the grant's call
 	putAcked time.Duration // when its put was acknowledged (0: not)
-	goneAt   time.Time     // when first seen gone (zero: not yet)
-	deadline time.Time     // observed no later than this
+	putLost  bool          // its put failed: TimeToLive tells when it is gone
+	// The start of the last read that found its key, and the end of the
+	// first that did not after its put was acknowledged: its expiry came
+	// between the two (expiryReports).
+	lastFound, firstAbsent time.Duration
+	goneAt                 time.Time // when first seen gone (zero: not yet)
+	deadline               time.Time // observed no later than this
 }
 
 type deleteSeen struct {
@@ -252,10 +259,9 @@ func (w *leaseExpiry) grant(ctx context.Context) {
 		if err == nil {
 			l.putAcked = end
 		} else {
-			// Its key may never have been written, and only a delete
-			// event would then show it gone: observed past its TTL for
-			// a while, not until observeAtMost.
-			l.deadline = time.Now().Add(time.Duration(resp.TTL)*time.Second + 3*time.Second)
+			// Its key may never have been written: TimeToLive says when
+			// the lease is gone.
+			l.putLost = true
 		}
 		w.mu.Unlock()
 	}
@@ -328,7 +334,18 @@ func (w *leaseExpiry) poll(ctx context.Context, member int, c *clientv3.Client) 
 		}
 		for _, l := range live {
 			w.mu.Lock()
+			lost := l.putLost
+			w.mu.Unlock()
+			if lost {
+				w.timeToLive(ctx, member, c, l)
+			}
+			w.mu.Lock()
 			acked := l.putAcked
+			if found[l.key] {
+				l.lastFound = max(l.lastFound, start)
+			} else if acked != 0 && acked < start && (l.firstAbsent == 0 || end < l.firstAbsent) {
+				l.firstAbsent = end
+			}
 			w.mu.Unlock()
 			if !found[l.key] && (acked == 0 || acked >= start) {
 				continue // absent before its put: no evidence
@@ -339,6 +356,23 @@ func (w *leaseExpiry) poll(ctx context.Context, member int, c *clientv3.Client) 
 				w.gone(l)
 			}
 		}
+	}
+}
+
+// timeToLive asks for a lease's TTL (-1: gone) through one member.
+func (w *leaseExpiry) timeToLive(ctx context.Context, member int, c *clientv3.Client, l *expiryLease) {
+	octx, cancel := context.WithTimeout(ctx, time.Second)
+	start := w.now()
+	resp, err := c.TimeToLive(octx, clientv3.LeaseID(l.id))
+	end := w.now()
+	cancel()
+	if err != nil {
+		return
+	}
+	w.add(leaseRecord{Process: 10 + member, Kind: kindTTL, Member: member, Key: l.key, Lease: l.id,
+		Start: int64(start), End: int64(end), Result: resultOK, TTL: resp.TTL})
+	if resp.TTL == -1 {
+		w.gone(l)
 	}
 }
 
@@ -460,8 +494,13 @@ func (w *leaseExpiry) close() {
 // client's grants and puts, and a revoke for each expiry, up to revision
 // upTo (the last one etcd's watchers saw; what came later no check of
 // etcd's saw). A revoke's revision is its key's delete event's, as etcd's
-// watchers or ours saw it; it is called at the lease's grant and returns
-// when the first of them saw the event.
+// watchers or ours saw it. It is called when the last read that found the
+// key began (else when the lease was granted) and returns when the first
+// watcher saw the event or the first read that did not find the key
+// returned, whichever came first: the expiry applied in between, and
+// assumes nothing of when it was due. (Called at the grant, the revokes
+// spanned seconds of other operations and porcupine's search took up to
+// ten times as long.)
 func (w *leaseExpiry) expiryReports(upTo int64, reports []report.ClientReport) []report.ClientReport {
 	seen := map[string]deleteSeen{}
 	w.mu.Lock()
@@ -500,12 +539,16 @@ func (w *leaseExpiry) expiryReports(upTo int64, reports []report.ClientReport) [
 		if l == nil || d.rev > upTo {
 			continue
 		}
+		call, ret := max(l.grantAt, l.lastFound), d.at
+		if l.firstAbsent != 0 {
+			ret = min(ret, l.firstAbsent)
+		}
 		revokes.KeyValue = append(revokes.KeyValue, porcupine.Operation{
 			ClientId: w.ids.NewStreamID(),
 			Input:    model.EtcdRequest{Type: model.LeaseRevoke, LeaseRevoke: &model.LeaseRevokeRequest{LeaseID: l.id}},
-			Call:     int64(l.grantAt),
+			Call:     int64(call),
 			Output:   model.MaybeEtcdResponse{EtcdResponse: model.EtcdResponse{Revision: d.rev, LeaseRevoke: &model.LeaseRevokeResponse{}}},
-			Return:   int64(max(d.at, l.grantAt+1)),
+			Return:   int64(max(ret, call+1)),
 		})
 	}
 	return []report.ClientReport{rec, revokes}
