@@ -20,6 +20,10 @@
 //     to different events.
 //   - After a failpoint, every member's gRPC health must say SERVING within
 //     servingBound before etcd's single check (awaitServing).
+//   - Beside etcd's traffic runs the lease-expiry workload of leases_test.go
+//     (short-TTL leases left to expire, checked by jepsen-lite's lease
+//     checker), whose writes and expiries join the clients' reports so
+//     that etcd's checks explain every revision (runScenarioWithLeases).
 //   - What it reports: one JSON line per run (scenario, failpoint, seed, the
 //     cluster options drawn, operations and watch events checked, how long
 //     until every member said SERVING, pass or fail) to
@@ -30,7 +34,9 @@
 // seed), _DURATION (repeat the full plan with new seeds until this much time
 // has passed), _RUN (a regexp on run names), _SYSTEM (etcd or corenode),
 // _RESULTS (the JSON lines file), _BASE_PORT (the first of the members'
-// ports, 61100 unless set; etcd's harness uses 20000).
+// ports, 61100 unless set; etcd's harness uses 20000), _LEASECHECK (the
+// lease checker's binary, required), _LEASES (where the lease histories
+// go; a temp dir unless set).
 
 package robustness
 
@@ -233,8 +239,16 @@ type runResult struct {
 	// ServingAfter is how long after the failpoint ended every member said
 	// SERVING (awaitServing).
 	ServingAfter float64 `json:"serving_after"`
-	Passed       bool    `json:"passed"`
-	Seconds      float64 `json:"seconds"`
+	// The lease-expiry workload (leases_test.go): leases checked, seen
+	// gone after a new term began in their life, anomalies that fail the
+	// run, and on etcd the leases that outlived the bound (its known
+	// behaviour after a leader change).
+	Leases          int     `json:"leases"`
+	LeasesNewTerm   int     `json:"leases_new_term"`
+	LeaseViolations int     `json:"lease_violations"`
+	LeasesKnown     int     `json:"leases_known"`
+	Passed          bool    `json:"passed"`
+	Seconds         float64 `json:"seconds"`
 }
 
 func TestCorenodeRobustness(t *testing.T) {
@@ -400,7 +414,8 @@ func describeOptions(c e2e.EtcdProcessClusterConfig) string {
 		sc.TickMs, sc.ElectionMs, sc.SnapshotCount, sc.SnapshotCatchUpEntries, sc.ExperimentalCompactionBatchLimit, c.IsPeerTLS, c.PeerProxy)
 }
 
-// runOne is testRobustness with the persisted requests of persistedFromClients.
+// runOne is testRobustness with the persisted requests of persistedFromClients
+// and the lease-expiry workload beside the traffic (leases_test.go).
 func runOne(t *testing.T, s scenarios.TestScenario, system string, res *runResult) {
 	ctx := context.Background()
 	lg := zaptest.NewLogger(t)
@@ -431,7 +446,25 @@ func runOne(t *testing.T, s scenarios.TestScenario, system string, res *runResul
 	defer func() {
 		r.Report(t, panicked)
 	}()
-	r.Client = runScenario(ctx, t, s, lg, c)
+	var upTo int64
+	var leaseHistory func() []leaseRecord
+	r.Client, upTo, leaseHistory = runScenarioWithLeases(ctx, t, s, lg, c)
+	// The lease-expiry workload's last leases run out while etcd's checks
+	// run; its own check comes last, whatever they found.
+	defer func() {
+		lr, err := checkLeases(t, leaseHistory(), system)
+		if err != nil {
+			t.Errorf("lease expiry: %v", err)
+			return
+		}
+		res.Leases, res.LeasesNewTerm, res.LeaseViolations, res.LeasesKnown = lr.Leases, lr.NewTerm, len(lr.Violations), len(lr.Known)
+		for _, v := range lr.Violations {
+			t.Errorf("lease expiry: %s", v)
+		}
+		if lr.Gone == 0 {
+			t.Errorf("lease expiry: no lease seen gone (%d granted): the workload checked nothing", lr.Leases)
+		}
+	}()
 	for _, cr := range r.Client {
 		res.Operations += len(cr.KeyValue)
 		res.Events += cr.WatchEventCount()
@@ -444,7 +477,9 @@ func runOne(t *testing.T, s scenarios.TestScenario, system string, res *runResul
 	if system == "etcd" {
 		fromWAL, err := report.PersistedRequestsCluster(lg, c)
 		require.NoError(t, err)
-		if diff := cmp.Diff(eventsBut(model.NewReplay(fromWAL).Events, guessed), eventsBut(model.NewReplay(persisted).Events, guessed)); diff != "" {
+		// The WAL goes on past upTo (the lease-expiry workload's last
+		// puts and expiries), where no check of etcd's looked.
+		if diff := cmp.Diff(eventsBut(eventsUpTo(model.NewReplay(fromWAL).Events, upTo), guessed), eventsBut(model.NewReplay(persisted).Events, guessed)); diff != "" {
 			t.Errorf("the requests rebuilt from the clients' view replay to other events than etcd's WAL (-WAL +clients):\n%s", diff)
 		}
 	}
@@ -461,6 +496,17 @@ func runOne(t *testing.T, s scenarios.TestScenario, system string, res *runResul
 		return visualize(path)
 	}
 	panicked = false
+}
+
+// eventsUpTo is events up to revision upTo.
+func eventsUpTo(events []model.PersistedEvent, upTo int64) []model.PersistedEvent {
+	var out []model.PersistedEvent
+	for _, e := range events {
+		if e.Revision <= upTo {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // eventsBut is events less those of the revisions in skip.

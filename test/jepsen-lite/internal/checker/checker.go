@@ -15,8 +15,13 @@ import (
 // Anomaly is one thing the history shows the cluster did wrong.
 type Anomaly struct {
 	Checker string
-	What    string
-	Ops     []history.Op
+	// Rule is which of the checker's promises it breaks, where the checker
+	// names them (the lease checker: RuleEarly, RuleBound, RuleFinal), so a
+	// caller can weigh them apart (scripts/etcd-robustness on etcd, whose
+	// leader changes extend leases, reports RuleBound without failing).
+	Rule string
+	What string
+	Ops  []history.Op
 }
 
 func (a Anomaly) String() string {
@@ -41,13 +46,20 @@ type Result struct {
 	// Headline, if set, is printed just above the verdict line: numbers
 	// worth seeing even when the checker passed.
 	Headline string
+	// Counts are the checker's numbers by name, for a caller that reports
+	// them (the lease checker: see Leases).
+	Counts map[string]int
 }
 
 // Valid is true when nothing is wrong and the checker decided.
 func (r *Result) Valid() bool { return !r.Unknown && len(r.Anomalies) == 0 }
 
 func (r *Result) add(what string, ops ...history.Op) {
-	r.Anomalies = append(r.Anomalies, Anomaly{Checker: r.Name, What: what, Ops: ops})
+	r.addRule("", what, ops...)
+}
+
+func (r *Result) addRule(rule, what string, ops ...history.Op) {
+	r.Anomalies = append(r.Anomalies, Anomaly{Checker: r.Name, Rule: rule, What: what, Ops: ops})
 }
 
 func (r *Result) stat(format string, args ...any) {

@@ -219,3 +219,47 @@ func TestUnavailable(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseRulesAndCounts: scripts/etcd-robustness weighs the lease
+// checker's anomalies by rule (on etcd a broken bound is etcd's known
+// behaviour) and reports its counts.
+func TestLeaseRulesAndCounts(t *testing.T) {
+	ttl := func(v int64, start, end int64) history.Op {
+		return history.Op{Kind: history.KindTTL, TTL: v, Start: start * ms, End: end * ms, Result: history.OK}
+	}
+	status := func(term uint64, at int64) history.Op {
+		return history.Op{Kind: history.KindStatus, Leader: 1, Term: term, Start: at * ms, End: at * ms, Result: history.OK}
+	}
+	for _, tc := range []struct {
+		name    string
+		ops     []history.Op
+		rule    string // "" = valid
+		gone    int
+		newTerm int
+	}{
+		{"on time", leaseOps(ttl(-1, 4050, 4060)), "", 1, 0},
+		{"on time after a leader change", leaseOps(status(2, 0), status(3, 2000), ttl(-1, 4050, 4060)), "", 1, 1},
+		{"the leader changed after it was gone", leaseOps(status(2, 0), status(3, 4100), ttl(-1, 4050, 4060)), "", 1, 0},
+		{"early", leaseOps(ttl(-1, 3900, 3950)), RuleEarly, 1, 0},
+		{"past the bound", leaseOps(status(2, 0), status(3, 2000), ttl(1, 5500, 5510), ttl(-1, 5600, 5610)), RuleBound, 1, 1},
+		{"back", leaseOps(ttl(-1, 4050, 4060), ttl(1, 4100, 4110)), RuleFinal, 1, 0},
+		{"never seen gone", leaseOps(ttl(1, 3500, 3510)), "", 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := leaseCheck(tc.ops)
+			var rules []string
+			for _, a := range r.Anomalies {
+				rules = append(rules, a.Rule)
+			}
+			if tc.rule == "" && len(rules) > 0 || tc.rule != "" && (len(rules) != 1 || rules[0] != tc.rule) {
+				t.Fatalf("rules %q, want %q: %v", rules, tc.rule, r.Anomalies)
+			}
+			want := map[string]int{CountLeases: 1, CountGone: tc.gone, CountRevoked: 0, CountTerms: tc.newTerm}
+			for k, v := range want {
+				if r.Counts[k] != v {
+					t.Errorf("Counts[%s] = %d, want %d (%v)", k, r.Counts[k], v, r.Counts)
+				}
+			}
+		})
+	}
+}

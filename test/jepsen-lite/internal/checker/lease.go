@@ -39,6 +39,21 @@ type LeaseConfig struct {
 	DriftMargin func(ttl time.Duration) time.Duration
 }
 
+// The lease checker's rules, as Anomaly.Rule names them.
+const (
+	RuleEarly = "early" // gone before a promise ran out
+	RuleBound = "bound" // alive past the bound
+	RuleFinal = "final" // alive again after evidence of its end, or after an acknowledged revoke
+)
+
+// The lease checker's Result.Counts.
+const (
+	CountLeases  = "leases"   // leases granted (acknowledged grants)
+	CountGone    = "gone"     // of them, seen gone
+	CountRevoked = "revoked"  // of them, revoked by their holder
+	CountTerms   = "new-term" // of them, seen gone after a new term began in their life (a leader change)
+)
+
 type proof struct {
 	at   int64 // when it is known to hold: a death by `at`, life at or after `at`
 	op   history.Op
@@ -67,6 +82,11 @@ type leaseRec struct {
 //   - final: once there is evidence that a lease is gone (TimeToLive -1,
 //     keep-alive "not found", its key deleted or absent) nothing shows it
 //     alive again, and nothing shows it alive after an acknowledged revoke.
+//
+// Each anomaly names its rule (RuleEarly, RuleBound, RuleFinal), and
+// Result.Counts holds CountLeases, CountGone, CountRevoked and CountTerms
+// (a new term is one the history's status records first report inside
+// the lease's life, from its grant to the first evidence of its end).
 //
 // Evidence of death: TimeToLive -1, keep-alive or revoke "not found", a
 // delete event of its key, a read that finds its key absent after the put
@@ -114,13 +134,16 @@ func Leases(ops []history.Op, cfg LeaseConfig, avail *Availability, faults Fault
 	}
 	slices.Sort(ids)
 	var lateness []int64
-	var unresolved, revoked, skewed int
+	var unresolved, revoked, skewed, newTerm int
 	earliest, closest, skewEarliest := int64(1<<62), int64(1<<62), int64(1<<62)
 	for _, id := range ids {
 		l := leases[id]
 		m := checkLease(&r, l, cfg, avail, faults, terms)
 		if m.revoked {
 			revoked++
+		}
+		if m.newTerm {
+			newTerm++
 		}
 		if !m.dead {
 			unresolved++
@@ -139,6 +162,7 @@ func Leases(ops []history.Op, cfg LeaseConfig, avail *Availability, faults Fault
 		}
 		r.Details = append(r.Details, m.line)
 	}
+	r.Counts = map[string]int{CountLeases: len(leases), CountGone: len(leases) - unresolved, CountRevoked: revoked, CountTerms: newTerm}
 	r.stat("%d leases granted, %d revoked by their holder, %d never seen gone", len(leases), revoked, unresolved)
 	if earliest < 1<<62 {
 		r.stat("closest to early: first evidence of expiry %s after the last promise ran out", history.Dur(earliest))
@@ -172,7 +196,10 @@ type leaseMargins struct {
 	bound *int64
 	// skewed: a promise was judged with the drift margin (ClockFault).
 	skewed bool
-	line   string
+	// newTerm: a term began between the grant and the first evidence of
+	// death.
+	newTerm bool
+	line    string
 }
 
 // checkLease checks one lease.
@@ -252,7 +279,7 @@ func checkLease(r *Result, l *leaseRec, cfg LeaseConfig, avail *Availability, fa
 				allowed = fmt.Sprintf(", more than the drift margin of %s that clock rates differing allow", margin)
 			}
 			if d.at < due {
-				r.add(fmt.Sprintf("%s gone early: %s by %s, but the %s sent at %s promised it until %s (%s early%s); faults: %s",
+				r.addRule(RuleEarly, fmt.Sprintf("%s gone early: %s by %s, but the %s sent at %s promised it until %s (%s early%s); faults: %s",
 					name, d.what, history.Dur(d.at), p.what, history.Dur(p.op.Start), history.Dur(p.at), history.Dur(p.at-d.at), allowed,
 					strings.Join(faults.During(p.op.Start, d.at), "; ")), p.op, d.op)
 				break
@@ -261,14 +288,14 @@ func checkLease(r *Result, l *leaseRec, cfg LeaseConfig, avail *Availability, fa
 		// Final: nothing alive after the first evidence of death.
 		for _, a := range alives {
 			if a.at > d.at {
-				r.add(fmt.Sprintf("%s came back: %s by %s, then %s at %s", name, d.what, history.Dur(d.at), a.what, history.Dur(a.at)), d.op, a.op)
+				r.addRule(RuleFinal, fmt.Sprintf("%s came back: %s by %s, then %s at %s", name, d.what, history.Dur(d.at), a.what, history.Dur(a.at)), d.op, a.op)
 				break
 			}
 		}
 	}
 	for _, a := range alives {
 		if a.at > revokeAcked {
-			r.add(fmt.Sprintf("%s alive after its revoke was acknowledged at %s: %s at %s", name, history.Dur(revokeAcked), a.what, history.Dur(a.at)), a.op)
+			r.addRule(RuleFinal, fmt.Sprintf("%s alive after its revoke was acknowledged at %s: %s at %s", name, history.Dur(revokeAcked), a.what, history.Dur(a.at)), a.op)
 			break
 		}
 	}
@@ -287,7 +314,7 @@ func checkLease(r *Result, l *leaseRec, cfg LeaseConfig, avail *Availability, fa
 	for _, a := range alives {
 		if a.at > u {
 			changes := termsBetween(terms, last, a.at)
-			r.add(fmt.Sprintf("%s outlived its bound: could last be renewed at %s, bound %s (TTL + %s + %s without a leader), but %s at %s (%s past the bound); %d new terms seen in between; faults: %s",
+			r.addRule(RuleBound, fmt.Sprintf("%s outlived its bound: could last be renewed at %s, bound %s (TTL + %s + %s without a leader), but %s at %s (%s past the bound); %d new terms seen in between; faults: %s",
 				name, history.Dur(last), history.Dur(u), time.Duration(cfg.CheckpointAfter+cfg.Tick+cfg.CommitSlack),
 				history.Dur(avail.Unavailable(last, u)), a.what, history.Dur(a.at), history.Dur(a.at-u), changes,
 				strings.Join(faults.During(last, a.at), "; ")), a.op)
@@ -311,6 +338,7 @@ func checkLease(r *Result, l *leaseRec, cfg LeaseConfig, avail *Availability, fa
 		return m
 	}
 	d := deaths[0]
+	m.newTerm = termsBetween(terms, l.grant.Start, d.at) > 0
 	m.line += fmt.Sprintf(" gone-by=%s (%s)", history.Dur(d.at), d.what)
 	if m.revoked {
 		return m
