@@ -126,8 +126,14 @@ func (followerBlackholeUntilSnapshot) Available(cfg e2e.EtcdProcessClusterConfig
 }
 
 // servingBound is how long after a failpoint ends every member must say
-// SERVING on grpc.health.v1.
-const servingBound = 5 * time.Second
+// SERVING on grpc.health.v1. hashicorp/raft's leader retries a follower
+// whose appends failed after a backoff that doubles with each failure up
+// to 10.24 s (replication.go: failureWait 10 ms, maxFailureScale 12), so a
+// follower cut for long (blackholeUntilSnapshot) may wait that long after
+// the network heals before its leader sends it anything: most runs take
+// under 1.2 s, the slowest seen 5.25 s; the bound leaves raft's whole
+// backoff and the catch-up room on a slow machine.
+const servingBound = 15 * time.Second
 
 // awaitServing runs a failpoint, then waits until every member's gRPC
 // health says SERVING, for at most servingBound, before etcd's harness asks
