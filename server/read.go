@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
 // Linearizable runs read on this member's state once that state includes
@@ -78,13 +76,11 @@ func (s *Server) askReadIndex() (uint64, error) {
 		return 0, ErrNotLeader // this member leads now; the caller retries locally
 	}
 	index, err := forward(s, ctx, changed, func(ctx context.Context) (uint64, error) {
-		var resp pb.StatusResponse
-		if err := s.peers.Call(ctx, leader, "/corenode.Peer/ReadIndex", &pb.StatusRequest{}, &resp); err != nil {
-			return 0, err
-		}
-		return resp.RaftAppliedIndex, nil
+		return s.peers.ReadIndex(ctx, leader)
 	})
-	if errors.Is(err, errAbandoned) || (err != nil && ctx.Err() != nil) {
+	// A question lost with its stream (ErrLeaderChanged) is asked again: a
+	// read has no outcome to be unsure of.
+	if errors.Is(err, errAbandoned) || errors.Is(err, ErrLeaderChanged) || (err != nil && ctx.Err() != nil) {
 		return 0, ErrNotLeader // retryable: the caller asks again
 	}
 	return index, err

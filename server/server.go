@@ -31,6 +31,10 @@ type Peers interface {
 	// Renew relays a keep-alive of lease id to the leader at leader and
 	// returns the TTL it was renewed for.
 	Renew(ctx context.Context, leader string, id int64) (ttl int64, err error)
+	// ReadIndex asks the leader at leader for a read index: once this
+	// member applied that far, its state includes every write acknowledged
+	// before the call.
+	ReadIndex(ctx context.Context, leader string) (uint64, error)
 	// Call runs a unary method of the member at the peer address member
 	// (a leader-only call, or a word to one member), marked as forwarded.
 	Call(ctx context.Context, member, method string, req, resp any) error

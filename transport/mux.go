@@ -23,6 +23,10 @@ const (
 	streamRaft    byte = 'R'
 	streamGRPC    byte = 'G'
 	streamPropose byte = 'P' // a follower's proposal stream (proposeconn.go)
+	// streamProposeReads is a proposal stream on which the follower also
+	// asks the leader's read index (proposeconn.go); a member of an earlier
+	// version does not know it.
+	streamProposeReads byte = 'Q'
 )
 
 // preambleTimeout bounds how long a new connection may take to say what it
@@ -181,7 +185,7 @@ func NewPeerMux(ln net.Listener, cfg PeerConfig, logger *slog.Logger) (*PeerMux,
 			return p.raft, nil
 		case streamGRPC:
 			return p.grpc, nil
-		case streamPropose:
+		case streamPropose, streamProposeReads:
 			return p.propose, nil
 		}
 		return nil, fmt.Errorf("unknown peer stream type %q", b)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -128,7 +129,12 @@ func (p *PeerClient) openProposals(ctx context.Context, addr string) (frameConn,
 	since, legacy := p.legacy[addr]
 	p.mu.Unlock()
 	if !legacy || time.Since(since) > legacyRetry {
-		rf, err := dialRawFrames(ctx, p.peers, addr)
+		rf, err := dialRawFrames(ctx, p.peers, addr, streamProposeReads)
+		if errors.Is(err, errNoProposalConns) {
+			// A leader of an earlier version that may take proposal
+			// connections without reads.
+			rf, err = dialRawFrames(ctx, p.peers, addr, streamPropose)
+		}
 		if err == nil {
 			return rf, nil
 		}
@@ -144,6 +150,21 @@ func (p *PeerClient) openProposals(ctx context.Context, addr string) (frameConn,
 		return nil, err
 	}
 	return openGRPCFrames(conn)
+}
+
+// ReadIndex implements server.Peers: the leader's read index, asked on the
+// proposal stream when the leader takes reads there, else by
+// /corenode.Peer/ReadIndex (a leader of an earlier version).
+func (p *PeerClient) ReadIndex(ctx context.Context, leader string) (uint64, error) {
+	index, ok, err := p.proposals.readIndex(ctx, p.grace, proposalTarget{key: leader, open: p.open})
+	if ok {
+		return index, peerErr(err)
+	}
+	var resp pb.StatusResponse
+	if err := p.Call(ctx, leader, "/corenode.Peer/ReadIndex", &pb.StatusRequest{}, &resp); err != nil {
+		return 0, err
+	}
+	return resp.RaftAppliedIndex, nil
 }
 
 // Call implements server.Peers.

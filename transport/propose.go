@@ -39,6 +39,10 @@ import (
 //
 //	uvarint index | response
 //
+// A request with an empty command asks the leader's read index (only on a
+// proposal connection opened as streamProposeReads); its answer is
+// answerApplied with the read index and an empty response.
+//
 // A follower answers its client only once it has applied that index too,
 // as etcd answers a write only once the member serving it applied it, so a
 // serializable read there right after sees the write. Only a follower that
@@ -189,6 +193,15 @@ func (s *Server) serveProposalFrames(ctx context.Context, fc frameConn, indexed 
 				return status.Error(codes.InvalidArgument, err.Error())
 			}
 			b = rest
+			if len(cmd) == 0 && indexed {
+				// A read-index question (streamProposeReads): no command
+				// is ever empty.
+				go func() {
+					index, err := s.req.ReadIndex(ctx)
+					_ = answers.add(id, encodeAnswer(id, emptyAnswer{}, index, mapErr(ctx, err)))
+				}()
+				continue
+			}
 			cmd = append([]byte(nil), cmd...) // in is reused by the next recv
 			go func() {
 				// A proposal's wait is bounded by raft (its enqueue timeout,
@@ -203,6 +216,14 @@ func (s *Server) serveProposalFrames(ctx context.Context, fc frameConn, indexed 
 		}
 	}
 }
+
+// emptyAnswer is the response to a read-index question: the answer's
+// index is all it says.
+type emptyAnswer struct{}
+
+func (emptyAnswer) Marshal() ([]byte, error) { return nil, nil }
+func (emptyAnswer) Unmarshal([]byte) error   { return nil }
+func (emptyAnswer) Size() int                { return 0 }
 
 // encodeAnswer encodes the answer to command id: answerApplied when index
 // is not 0, else answerOK, or answerErr when err is not nil.

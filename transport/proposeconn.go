@@ -29,6 +29,16 @@ import (
 // know the connection's first byte and closes it; the follower then uses
 // /corenode.Peer/Propose on the peer gRPC server, as before, and tries its
 // own connection again a minute later.
+//
+// A follower also asks the leader's read index (a linearizable read, its
+// readiness at start) on this connection when it opened it as
+// streamProposeReads, which a leader of an earlier version closes too (the
+// follower then opens a streamPropose one, and asks read indexes by
+// /corenode.Peer/ReadIndex). So members of this version send one another no
+// HTTP/2 request for a write or a read, as etcd's members send none: Go's
+// HTTP/2 debug log (GODEBUG=http2debug=2) on a member shows the requests
+// of its clients, with the :authority they sent, which etcd 3.7's
+// TestAuthority reads.
 
 // frameConn is one proposal stream.
 //
@@ -65,7 +75,13 @@ type rawFrames struct {
 	r    *bufio.Reader
 	wbuf []byte // send's, reused: sends take turns
 	once sync.Once
+	// reads is set on a follower's connection opened as
+	// streamProposeReads: the leader answers read-index records on it.
+	reads bool
 }
+
+// takesReads reports whether the leader answers read-index records here.
+func (r *rawFrames) takesReads() bool { return r.reads }
 
 func newRawFrames(c net.Conn) *rawFrames {
 	return &rawFrames{c: c, r: bufio.NewReaderSize(c, 64<<10)}
@@ -104,10 +120,11 @@ func (r *rawFrames) recv(f *frame) error {
 
 func (r *rawFrames) close() { r.once.Do(func() { r.c.Close() }) }
 
-// dialRawFrames opens a proposal connection to the member at addr and waits
-// for its hello, within ctx.
-func dialRawFrames(ctx context.Context, peers *PeerMux, addr string) (*rawFrames, error) {
-	c, err := peers.dial(ctx, addr, streamPropose)
+// dialRawFrames opens a proposal connection of kind (streamPropose or
+// streamProposeReads) to the member at addr and waits for its hello,
+// within ctx.
+func dialRawFrames(ctx context.Context, peers *PeerMux, addr string, kind byte) (*rawFrames, error) {
+	c, err := peers.dial(ctx, addr, kind)
 	if err != nil {
 		return nil, err
 	}
@@ -124,6 +141,7 @@ func dialRawFrames(ctx context.Context, peers *PeerMux, addr string) (*rawFrames
 		return nil, err
 	}
 	_ = c.SetReadDeadline(time.Time{})
+	rf.reads = kind == streamProposeReads
 	return rf, nil
 }
 

@@ -166,3 +166,106 @@ func earlierVersionMux(t *testing.T, kind byte) (*route, net.Listener) {
 	t.Cleanup(func() { ln.Close() })
 	return r, ln
 }
+
+// TestProposalConnCarriesReadIndex: a follower asks the leader's read
+// index on its proposal connection, with no HTTP/2 request (a gRPC call
+// made the leader log the follower's request under GODEBUG=http2debug=2
+// before any client's, which etcd 3.7's TestAuthority reads as the
+// :authority the member's clients sent); the leader's answer is its read
+// index, and the commands still get theirs.
+func TestProposalConnCarriesReadIndex(t *testing.T) {
+	leader := newTestPeerMux(t)
+	go func() {
+		c, err := leader.ProposalListener().Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		rf := newRawFrames(c)
+		if _, err := c.Write([]byte{proposeHello}); err != nil {
+			return
+		}
+		var in frame
+		for rf.recv(&in) == nil {
+			var out frame
+			for b := []byte(in); len(b) > 0; {
+				id, cmd, rest, err := readRecord(b, nil)
+				if err != nil {
+					return
+				}
+				b = rest
+				if len(cmd) == 0 {
+					out = append(out, encodeAnswer(id, emptyAnswer{}, 4242, nil)...)
+					continue
+				}
+				out = append(out, putAnswer(id, cmd)...)
+			}
+			if rf.send(out) != nil {
+				return
+			}
+		}
+	}()
+	p := NewPeerClient(newTestPeerMux(t), time.Second)
+	defer p.Close()
+	addr := leader.Addr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	index, err := p.ReadIndex(ctx, addr)
+	if err != nil || index != 4242 {
+		t.Fatalf("read index %d, %v; want 4242", index, err)
+	}
+	proposeKeys(t, p, addr, 20)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.legacy) != 0 || len(p.conns) != 0 {
+		t.Fatalf("went by gRPC (legacy %v, gRPC connections %d)", p.legacy, len(p.conns))
+	}
+}
+
+// TestProposalConnWithoutReads: a leader of an earlier version that takes
+// proposal connections but not read-index questions closes the
+// streamProposeReads one; the follower opens a streamPropose one for its
+// commands (not the gRPC stream) and asks read indexes by gRPC.
+func TestProposalConnWithoutReads(t *testing.T) {
+	r, ln := earlierVersionMux(t, streamPropose)
+	go func() {
+		c, err := r.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		rf := newRawFrames(c)
+		if _, err := c.Write([]byte{proposeHello}); err != nil {
+			return
+		}
+		var in frame
+		for rf.recv(&in) == nil {
+			var out frame
+			for b := []byte(in); len(b) > 0; {
+				id, cmd, rest, err := readRecord(b, nil)
+				if err != nil {
+					return
+				}
+				b = rest
+				out = append(out, putAnswer(id, cmd)...)
+			}
+			if rf.send(out) != nil {
+				return
+			}
+		}
+	}()
+	p := NewPeerClient(newTestPeerMux(t), time.Second)
+	defer p.Close()
+	addr := ln.Addr().String()
+	proposeKeys(t, p, addr, 20)
+	st, err := p.proposals.streamTo(context.Background(), proposalTarget{key: addr, open: p.open}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rf, ok := st.fc.(*rawFrames); !ok || rf.reads {
+		t.Fatalf("the commands went on %T (reads %v), want a streamPropose connection", st.fc, ok && rf.reads)
+	}
+	if _, ok, _ := p.proposals.readIndex(context.Background(), time.Second, proposalTarget{key: addr, open: p.open}); ok {
+		t.Fatal("a read-index question went to a leader that does not take them")
+	}
+}

@@ -8,6 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/corenode/corenode/server"
 )
 
@@ -63,6 +66,30 @@ func (f *proposalForwarder) propose(ctx context.Context, grace time.Duration, to
 	if err != nil {
 		return nil, 0, server.ErrNotSent
 	}
+	return st.call(ctx, cmd)
+}
+
+// readIndex asks the leader, to, for its read index on the proposal
+// stream: a record with an empty command, answered with the index (and an
+// empty response). ok is false when the stream to the leader carries no
+// reads (a leader of an earlier version): the caller asks another way.
+func (f *proposalForwarder) readIndex(ctx context.Context, grace time.Duration, to proposalTarget) (index uint64, ok bool, err error) {
+	st, err := f.streamTo(ctx, to, grace)
+	if err != nil {
+		return 0, true, server.ErrNotSent
+	}
+	if r, reads := st.fc.(interface{ takesReads() bool }); !reads || !r.takesReads() {
+		return 0, false, nil
+	}
+	_, index, err = st.call(ctx, nil)
+	if err == nil && index == 0 {
+		err = status.Error(codes.Internal, "transport: the leader answered a read-index question without an index")
+	}
+	return index, true, err
+}
+
+// call sends cmd on the stream and waits for its answer.
+func (st *proposalStream) call(ctx context.Context, cmd []byte) ([]byte, uint64, error) {
 	id, w, ok := st.add()
 	if !ok {
 		return nil, 0, server.ErrNotSent

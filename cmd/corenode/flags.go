@@ -373,7 +373,8 @@ func (s *settings) fromEnv(env map[string]string) error {
 // cannot do what it asks: one warning for those without effect, one for
 // those not yet implemented, an error for those refused.
 func (s *settings) check() error {
-	if err := s.applyGates(); err != nil {
+	gates, err := s.applyGates()
+	if err != nil {
 		return err
 	}
 	var none, later []any
@@ -400,6 +401,14 @@ func (s *settings) check() error {
 			if !sameValue(v.p, d.def) {
 				refusedFlags = append(refusedFlags, fmt.Sprintf("--%s (from %s): not yet implemented in corenode; %s", d.name, v.from, d.does))
 			}
+		}
+	}
+	for _, g := range gatesWithoutFlag {
+		on, ok := gates[g.name]
+		switch {
+		case !ok:
+		case g.use == noEffect, g.use == fixed && strconv.FormatBool(on) != g.only:
+			none = append(none, fmt.Sprintf("--feature-gates=%s=%t", g.name, on), g.does)
 		}
 	}
 	if len(none) > 0 {
@@ -448,13 +457,18 @@ func deref(p any) any {
 	return p
 }
 
-// applyGates sets the flag of each gate --feature-gates names. As etcd,
-// a gate and its --experimental- flag must not both be given.
-func (s *settings) applyGates() error {
+// applyGates sets the flag or option of each gate --feature-gates names.
+// As etcd, a gate and its --experimental- flag must not both be given, and
+// AllAlpha or AllBeta set every gate at that stage that is not set
+// otherwise (named in --feature-gates, or its flag given). It returns the
+// gates without a flag that were set, for check's warnings.
+func (s *settings) applyGates() (map[string]bool, error) {
 	if s.o.featureGates == "" {
-		return nil
+		return nil, nil
 	}
 	from := s.given["feature-gates"].from
+	named := map[string]bool{}
+	var order []string
 	for _, kv := range strings.Split(s.o.featureGates, ",") {
 		kv = strings.TrimSpace(kv)
 		if kv == "" {
@@ -462,31 +476,77 @@ func (s *settings) applyGates() error {
 		}
 		k, val, ok := strings.Cut(kv, "=")
 		if !ok {
-			return fmt.Errorf("--feature-gates: %q is not key=value", kv)
+			return nil, fmt.Errorf("--feature-gates: %q is not key=value", kv)
 		}
 		k = strings.TrimSpace(k)
 		b, err := strconv.ParseBool(strings.TrimSpace(val))
 		if err != nil {
-			return fmt.Errorf("--feature-gates: %s=%q: not a boolean", k, val)
+			return nil, fmt.Errorf("--feature-gates: %s=%q: not a boolean", k, val)
 		}
-		if set, ok := gatesWithoutFlag[k]; ok {
-			set(&s.o, b)
+		if _, seen := named[k]; !seen {
+			order = append(order, k)
+		}
+		named[k] = b
+	}
+	// The gates AllAlpha and AllBeta set, where nothing else sets them.
+	for _, all := range []string{"AllAlpha", "AllBeta"} {
+		on, ok := named[all]
+		if !ok {
+			continue
+		}
+		for _, g := range knownGates() {
+			if _, set := named[g]; set || betaGates[g] != (all == "AllBeta") {
+				continue
+			}
+			if i := slices.IndexFunc(s.defs, func(d flagDef) bool { return d.gate == g }); i >= 0 && s.given[s.defs[i].name] != nil {
+				continue
+			}
+			named[g] = on
+			order = append(order, g)
+		}
+	}
+	setGates := map[string]bool{}
+	for _, k := range order {
+		b := named[k]
+		if k == "AllAlpha" || k == "AllBeta" {
+			continue
+		}
+		if i := slices.IndexFunc(gatesWithoutFlag, func(g gateDef) bool { return g.name == k }); i >= 0 {
+			if g := gatesWithoutFlag[i]; g.set != nil {
+				g.set(&s.o, b)
+			}
+			setGates[k] = b
 			continue
 		}
 		i := slices.IndexFunc(s.defs, func(d flagDef) bool { return d.gate == k })
 		if i < 0 {
-			return fmt.Errorf("--feature-gates: unrecognized feature gate: %s", k)
+			return nil, fmt.Errorf("--feature-gates: unrecognized feature gate: %s", k)
 		}
 		d := &s.defs[i]
 		if s.given[d.name] != nil {
-			return fmt.Errorf("cannot specify both --%s and --feature-gates=%s", d.name, k)
+			return nil, fmt.Errorf("cannot specify both --%s and --feature-gates=%s", d.name, k)
 		}
 		s.origin = from + " (--feature-gates)"
 		if err := s.values[d.name].Set(strconv.FormatBool(b)); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return setGates, nil
+}
+
+// knownGates are the names of every feature gate corenode takes, but for
+// AllAlpha and AllBeta.
+func knownGates() []string {
+	var names []string
+	for _, d := range flagTable() {
+		if d.gate != "" {
+			names = append(names, d.gate)
+		}
+	}
+	for _, g := range gatesWithoutFlag {
+		names = append(names, g.name)
+	}
+	return names
 }
 
 // logWarnings writes the warnings parsing gathered.
@@ -502,7 +562,7 @@ func printMemberUsage(w io.Writer) {
 		"       corenode snapshot restore FILE --name N --data-dir D --initial-cluster C --initial-advertise-peer-urls U\n"+
 		"       "+holdSynopsis("lock")+"\n       "+holdSynopsis("elect")+"\n       "+registerSynopsis+"\n"+
 		"       corenode version | --version\n\n"+
-		"corenode takes every flag of etcd "+etcdVersionTested[1:]+", by etcd's names. Each can also be set by an\n"+
+		"corenode takes every flag of etcd "+strings.ReplaceAll(strings.Join(etcdVersionsTested, " and "), "v3", "3")+", by etcd's names. Each can also be set by an\n"+
 		"environment variable CORENODE_<FLAG> or ETCD_<FLAG>, e.g. ETCD_DATA_DIR; a flag given on the command line\n"+
 		"wins, and CORENODE_ wins over ETCD_. With --config-file (etcd's YAML), other flags and variables are ignored.\n"+
 		"A flag marked 'no effect' or 'not yet implemented' is accepted and named in a warning at start.\n\nFlags:\n")
@@ -512,6 +572,10 @@ func printMemberUsage(w io.Writer) {
 			names += ", --" + a
 		}
 		fmt.Fprintf(w, "  %s '%s'\n    %s\n", names, d.def, d.help())
+	}
+	fmt.Fprint(w, "\nFeature gates no flag sets (--feature-gates=NAME=true|false):\n")
+	for _, g := range gatesWithoutFlag {
+		fmt.Fprintf(w, "  %s '%t'\n    corenode: %s: %s\n", g.name, g.def, useWords[g.use], g.does)
 	}
 }
 
@@ -539,6 +603,13 @@ func flagDocTable() string {
 			w += " at `" + d.only + "`; another value warned"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", names, strings.ReplaceAll(def, "|", `\|`), w, strings.ReplaceAll(d.does, "|", `\|`))
+	}
+	for _, g := range gatesWithoutFlag {
+		w := words[g.use]
+		if g.use == fixed {
+			w += " at `" + g.only + "`; another value warned"
+		}
+		fmt.Fprintf(&b, "| `--feature-gates=%s=true` | `%t` | %s | %s |\n", g.name, g.def, w, strings.ReplaceAll(g.does, "|", `\|`))
 	}
 	return b.String()
 }

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -37,37 +38,119 @@ import (
 	"github.com/corenode/corenode/server"
 )
 
-// TestEveryEtcdFlagIsAccepted builds etcd and reads its --help: a flag a
-// new etcd release adds fails here until the table has a row for it.
+// TestEveryEtcdFlagIsAccepted builds each etcd release the table follows
+// and reads its --help: a flag or a feature gate a new etcd release adds
+// fails here until the table has a row for it.
 func TestEveryEtcdFlagIsAccepted(t *testing.T) {
-	rel := etcdrelease.Build(t, etcdVersionTested)
-	out, err := exec.Command(rel.Etcd, "--help").CombinedOutput()
-	if err != nil {
-		t.Fatalf("etcd --help: %v\n%s", err, out)
+	for _, version := range etcdVersionsTested {
+		t.Run(version, func(t *testing.T) {
+			rel := etcdrelease.Build(t, version)
+			out, err := exec.Command(rel.Etcd, "--help").CombinedOutput()
+			if err != nil {
+				t.Fatalf("etcd --help: %v\n%s", err, out)
+			}
+			names := map[string]bool{}
+			for _, m := range regexp.MustCompile(`(?m)^\s+--([a-z0-9][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
+				names[m[1]] = true
+			}
+			if len(names) < 100 {
+				t.Fatalf("found %d flags in etcd --help; the format changed?\n%s", len(names), out)
+			}
+			s := newSettings()
+			for n := range names {
+				v := s.values[n]
+				if v == nil {
+					t.Errorf("etcd %s's --%s has no row in the flag table", version, n)
+					continue
+				}
+				arg := "--" + n + "=" + v.def.def
+				if v.IsBoolFlag() {
+					arg = "--" + n
+				}
+				if _, err := parseFlags([]string{arg}, nil); err != nil && v.def.use != refused {
+					t.Errorf("%s: %v", arg, err)
+				}
+			}
+			// --feature-gates' help lists the gates, one a line:
+			// "    Name=true|false (ALPHA - default=false)".
+			gates := regexp.MustCompile(`(?m)^\s+([A-Z][A-Za-z0-9]*)=true\|false \(`).FindAllStringSubmatch(string(out), -1)
+			if len(gates) < 5 {
+				t.Fatalf("found %d feature gates in etcd --help; the format changed?\n%s", len(gates), out)
+			}
+			for _, g := range gates {
+				for _, on := range []string{"true", "false"} {
+					arg := "--feature-gates=" + g[1] + "=" + on
+					if _, err := parseFlags([]string{arg}, nil); err != nil {
+						t.Errorf("etcd %s's feature gate: %s: %v", version, arg, err)
+					}
+				}
+			}
+			t.Logf("%d flags and %d feature gates of etcd %s accepted", len(names), len(gates), version)
+		})
 	}
-	names := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\s+--([a-z0-9][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
-		names[m[1]] = true
+}
+
+// TestFeatureGatesWithoutFlag: etcd 3.7's gates no flag sets are
+// accepted, and named in the no-effect warning when they ask for what
+// corenode does not do; AllAlpha and AllBeta set the gates nothing else
+// sets, as etcd's.
+func TestFeatureGatesWithoutFlag(t *testing.T) {
+	noEffect := func(s *settings) []string {
+		var none []string
+		for _, w := range s.warnings {
+			if strings.HasPrefix(w.msg, "flags that tune") {
+				for i := 0; i+1 < len(w.attrs); i += 2 {
+					none = append(none, w.attrs[i].(string))
+				}
+			}
+		}
+		return none
 	}
-	if len(names) < 130 {
-		t.Fatalf("found %d flags in etcd --help; the format changed?\n%s", len(names), out)
-	}
-	s := newSettings()
-	for n := range names {
-		v := s.values[n]
-		if v == nil {
-			t.Errorf("etcd %s's --%s has no row in the flag table", etcdVersionTested, n)
+	for _, c := range []struct {
+		gates string
+		warns []string
+	}{
+		{"FastLeaseKeepAlive=true", nil},
+		{"FastLeaseKeepAlive=false", []string{"--feature-gates=FastLeaseKeepAlive=false"}},
+		{"PriorityRequest=true", []string{"--feature-gates=PriorityRequest=true"}},
+		{"PriorityRequest=false,FastLeaseKeepAlive=false", []string{"--feature-gates=FastLeaseKeepAlive=false", "--feature-gates=PriorityRequest=false"}},
+	} {
+		s, err := parseFlags([]string{"--feature-gates=" + c.gates}, nil)
+		if err != nil {
+			t.Errorf("%s: %v", c.gates, err)
 			continue
 		}
-		arg := "--" + n + "=" + v.def.def
-		if v.IsBoolFlag() {
-			arg = "--" + n
-		}
-		if _, err := parseFlags([]string{arg}, nil); err != nil && v.def.use != refused {
-			t.Errorf("%s: %v", arg, err)
+		if got := noEffect(s); !slices.Equal(got, c.warns) {
+			t.Errorf("%s: no-effect warning names %q, want %q", c.gates, got, c.warns)
 		}
 	}
-	t.Logf("%d flags of etcd %s accepted", len(names), etcdVersionTested)
+
+	s, err := parseFlags([]string{"--feature-gates=AllAlpha=true,CompactHashCheck=false"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.o.initialCorruptCheck || !s.o.setMemberLocalAddr || s.o.compactHashCheck {
+		t.Errorf("AllAlpha=true,CompactHashCheck=false: initial corrupt check %v, member local addr %v, compact hash check %v",
+			s.o.initialCorruptCheck, s.o.setMemberLocalAddr, s.o.compactHashCheck)
+	}
+	if got := noEffect(s); !slices.Contains(got, "--feature-gates=PriorityRequest=true") || slices.Contains(got, "--feature-gates=FastLeaseKeepAlive=false") {
+		t.Errorf("AllAlpha=true: no-effect warning names %q", got)
+	}
+	// A gate's own flag wins over AllAlpha, rather than clashing with it.
+	s, err = parseFlags([]string{"--experimental-initial-corrupt-check=false", "--feature-gates=AllAlpha=true"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.o.initialCorruptCheck || !s.o.compactHashCheck {
+		t.Errorf("--experimental-initial-corrupt-check=false with AllAlpha=true: initial %v, compact hash %v", s.o.initialCorruptCheck, s.o.compactHashCheck)
+	}
+	s, err = parseFlags([]string{"--feature-gates=AllBeta=false"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := noEffect(s); !slices.Contains(got, "--feature-gates=FastLeaseKeepAlive=false") || s.o.initialCorruptCheck {
+		t.Errorf("AllBeta=false: no-effect warning names %q; initial corrupt check %v", got, s.o.initialCorruptCheck)
+	}
 }
 
 // TestFlagTable checks each row says what corenode does, in a way the

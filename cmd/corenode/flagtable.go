@@ -55,9 +55,12 @@ type flagDef struct {
 	kind kind // of a flag with no bind
 }
 
-// etcdVersionTested is the etcd release whose --help the table follows;
-// TestEveryEtcdFlagIsAccepted checks that it lists no flag the table lacks.
-const etcdVersionTested = "v3.6.16"
+// etcdVersionsTested are the etcd releases whose --help the table
+// follows; TestEveryEtcdFlagIsAccepted checks that each lists no flag and
+// no feature gate the table lacks. etcd 3.7 dropped 3.6's
+// --experimental- names and v2 discovery's flags; corenode still takes
+// them, for 3.6's command lines.
+var etcdVersionsTested = []string{"v3.6.16", "v3.7.3"}
 
 func flagTable() []flagDef {
 	return []flagDef{
@@ -119,7 +122,7 @@ func flagTable() []flagDef {
 		{name: "raft-write-timeout", def: "5s", etcd: "Write timeout set on each rafthttp connection", use: noEffect, kind: kDuration,
 			does: "peers talk over hashicorp/raft's stream layer, with its own timeouts, not rafthttp"},
 		{name: "feature-gates", def: "", etcd: "A set of key=value pairs that describe server level feature gates for alpha/experimental features.", use: works,
-			does: "each gate sets the flag of the same feature (see the rows naming a gate); SetMemberLocalAddr=true, as etcd, dials the other members from the IP of the first --initial-advertise-peer-urls", bind: func(o *options) any { return &o.featureGates }},
+			does: "each gate sets the flag of the same feature (see the rows naming a gate); the gates no flag sets have rows of their own; AllAlpha and AllBeta set every gate at that stage that is not set otherwise, as etcd", bind: func(o *options) any { return &o.featureGates }},
 
 		// Clustering.
 		{name: "initial-advertise-peer-urls", def: "http://127.0.0.1:2380", etcd: "List of this member's peer URLs to advertise to the rest of the cluster.", use: works,
@@ -328,8 +331,29 @@ func flagTable() []flagDef {
 	}
 }
 
-// gatesWithoutFlag are etcd 3.6's feature gates no flag sets: each sets
-// an option.
-var gatesWithoutFlag = map[string]func(o *options, on bool){
-	"SetMemberLocalAddr": func(o *options, on bool) { o.setMemberLocalAddr = on },
+// gateDef is one of etcd's feature gates that no flag sets (a gate that
+// sets a flag is named in that flag's row, field gate). use is works,
+// fixed or noEffect, as a flag's.
+type gateDef struct {
+	name string
+	def  bool // etcd's default
+	use  use
+	only string // for fixed, the one value corenode honours
+	does string
+	set  func(o *options, on bool) // for works
 }
+
+// gatesWithoutFlag are etcd's feature gates (3.6's and 3.7's) that no flag
+// sets.
+var gatesWithoutFlag = []gateDef{
+	{name: "SetMemberLocalAddr", use: works, set: func(o *options, on bool) { o.setMemberLocalAddr = on },
+		does: "as etcd: dials the other members from the IP of the first --initial-advertise-peer-urls"},
+	{name: "FastLeaseKeepAlive", def: true, use: fixed, only: "true",
+		does: "as etcd with the gate on (its default): the leader renews without first waiting to apply what is committed; it confirms its leadership with a quorum (concurrent keep-alives share one confirmation), and a lease whose grant was answered was applied on the leader before the answer"},
+	{name: "PriorityRequest", use: noEffect,
+		does: "etcd 3.7's: a lease revoke may still be proposed when etcd refuses other requests with 'too many requests' for a backlog of committed entries not yet applied; corenode refuses no request for such a backlog"},
+}
+
+// betaGates are etcd's feature gates at beta, which AllBeta sets; all
+// others are alpha, which AllAlpha sets.
+var betaGates = map[string]bool{"TxnModeWriteWithSharedBuffer": true, "FastLeaseKeepAlive": true}

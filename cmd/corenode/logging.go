@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -26,6 +27,18 @@ const (
 // zapTime is the timestamp etcd 3.6 writes (logutil.DefaultZapLoggerConfig):
 // microseconds, and the zone as +0000.
 const zapTime = "2006-01-02T15:04:05.000000Z0700"
+
+// setDefaultLogger makes l the logger of everything that logs through
+// slog.Default. slog.SetDefault also sends the log package's lines through
+// l, as JSON; etcd leaves them as Go writes them, on stderr, and so does
+// corenode: Go's own debug lines, such as GODEBUG=http2debug=2's
+// `http2: decoded hpack field header field ":authority" = "..."` that
+// etcd 3.7's TestAuthority reads from a member's output, keep Go's words.
+func setDefaultLogger(l *slog.Logger) {
+	slog.SetDefault(l)
+	log.SetOutput(os.Stderr)
+	log.SetFlags(log.LstdFlags)
+}
 
 // parseLevel takes etcd's level names.
 func parseLevel(s string) (slog.Level, error) {

@@ -120,7 +120,7 @@ func start(s *settings, metrics prometheus.Registerer, withLogger func(*slog.Log
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	slog.SetDefault(logger)
+	setDefaultLogger(logger)
 	if withLogger != nil {
 		withLogger(logger)
 	}

@@ -51,6 +51,8 @@ type member struct {
 	logPath    string
 	// extra flags override the cluster's (the last of a repeated flag wins).
 	extra []string
+	// env are environment variables of its process beyond the test's own.
+	env []string
 
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once cmd.Wait returns
@@ -251,7 +253,7 @@ func (c *cluster) start(m *member) error {
 		cmd = exec.Command("strace", append([]string{"-f", "--seccomp-bpf", "-qq", "-o", "/dev/null",
 			"-e", "trace=fsync,fdatasync", "-e", "inject=fsync,fdatasync:delay_exit=" + us, "--", c.bin}, args...)...)
 	}
-	cmd.Env = append(envWithout("CORENODE_", "ETCD_"), env...)
+	cmd.Env = slices.Concat(envWithout("CORENODE_", "ETCD_"), m.env, env)
 	cmd.Stdout = m.logs
 	cmd.Stderr = m.logs
 	if err := cmd.Start(); err != nil {
