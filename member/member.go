@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"math"
 	"net"
@@ -332,14 +333,14 @@ func Start(cfg Config) (*Member, error) {
 		gatherer = g
 	}
 	m.http = &http.Server{Handler: accessControl(storageHealth(m.node, m.server.HTTPHandler(gatherer, cfg.EnablePprof, gateway)),
-		cfg.CORS, cfg.HostWhitelist, logger), ReadHeaderTimeout: 10 * time.Second}
+		cfg.CORS, cfg.HostWhitelist, logger), ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(logger)}
 	m.serve(func() error { return m.grpc.Serve(m.pipe) })
 
 	m.serve(func() error { return m.peer.Serve(m.peerMux.GRPCListener()) })
 	m.serve(func() error { return m.server.ServeProposalConns(m.peerMux.ProposalListener()) })
 	clientHTTP := m.http
 	if len(m.httpLns) > 0 {
-		m.elsewhere = &http.Server{Handler: httpElsewhere, ReadHeaderTimeout: 10 * time.Second}
+		m.elsewhere = &http.Server{Handler: httpElsewhere, ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(logger)}
 		clientHTTP = m.elsewhere
 		for _, ln := range m.httpLns {
 			m.serve(func() error { return m.http.Serve(ln) })
@@ -350,7 +351,7 @@ func Start(cfg Config) (*Member, error) {
 		m.serve(func() error { return clientHTTP.Serve(c.HTTP()) })
 	}
 	if len(m.metricsLns) > 0 {
-		m.metricsHTTP = &http.Server{Handler: metricsOnly(m.http.Handler), ReadHeaderTimeout: 10 * time.Second}
+		m.metricsHTTP = &http.Server{Handler: metricsOnly(m.http.Handler), ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(logger)}
 		for _, ln := range m.metricsLns {
 			m.serve(func() error { return m.metricsHTTP.Serve(ln) })
 		}
@@ -593,4 +594,13 @@ func localIP(ln net.Listener) net.IP {
 		return nil
 	}
 	return a.IP
+}
+
+// httpErrorLog is where the member's HTTP servers log a client's failed
+// TLS handshake or malformed request: the member's own log, one format per
+// member, at debug level. Left to net/http they would go to Go's standard
+// log, plain text on stderr beside the member's JSON; etcd discards them
+// ("do not log user error").
+func httpErrorLog(logger *slog.Logger) *log.Logger {
+	return slog.NewLogLogger(logger.Handler(), slog.LevelDebug)
 }
