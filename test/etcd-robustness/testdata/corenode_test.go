@@ -126,13 +126,15 @@ func (followerBlackholeUntilSnapshot) Available(cfg e2e.EtcdProcessClusterConfig
 }
 
 // servingBound is how long after a failpoint ends every member must say
-// SERVING on grpc.health.v1. hashicorp/raft's leader retries a follower
-// whose appends failed after a backoff that doubles with each failure up
-// to 10.24 s (replication.go: failureWait 10 ms, maxFailureScale 12), so a
-// follower cut for long (blackholeUntilSnapshot) may wait that long after
-// the network heals before its leader sends it anything: most runs take
-// under 1.2 s, the slowest seen 5.25 s; the bound leaves raft's whole
-// backoff and the catch-up room on a slow machine.
+// SERVING on grpc.health.v1. Most runs take under 1.2 s; the slowest seen,
+// 5.04-5.25 s, had a follower cut until it needed a snapshot, whose
+// leader's replicator sat in a raft connection's TLS handshake begun
+// during the cut until it failed 5 s later: a raft dial is bounded by the
+// transport's 10 s I/O timeout (etcd bounds a peer dial at 1 s plus the
+// election timeout), and after failures in a row hashicorp/raft waits up
+// to 10.24 s more before it retries (failureWait 10 ms doubling to
+// maxFailureScale 12). The bound leaves room for the dial's timeout and
+// the catch-up on a slow machine.
 const servingBound = 15 * time.Second
 
 // awaitServing runs a failpoint, then waits until every member's gRPC
