@@ -134,7 +134,9 @@ func Start(cfg Config) (*Member, error) {
 	if err != nil {
 		return nil, err
 	}
-	peerCfg := transport.PeerConfig{Advertise: advPeer, ServerTLS: peerTLS}
+	// etcd bounds a peer dial at 1 s plus the election timeout
+	// (PeerDialTimeout); so does corenode its raft dials.
+	peerCfg := transport.PeerConfig{Advertise: advPeer, ServerTLS: peerTLS, RaftDialTimeout: time.Second + cmp.Or(cfg.ElectionTimeout, time.Second)}
 	if peerTLS != nil {
 		if peerCfg.ClientTLS, err = cfg.PeerTLS.clientConfig("peer-"); err != nil {
 			return nil, err

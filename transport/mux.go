@@ -154,6 +154,11 @@ type PeerConfig struct {
 	// member bound to one address of a multi-homed host is seen from it (and
 	// so a fault-injecting proxy can tell the members apart on loopback).
 	LocalIP net.IP
+	// RaftDialTimeout, when positive, bounds opening a raft connection (TCP,
+	// TLS, preamble and hello) below the raft transport's I/O timeout: a
+	// dial begun while a link drops packets otherwise hangs for that whole
+	// timeout, and raft's replicator with it, after the link is back.
+	RaftDialTimeout time.Duration
 }
 
 // NewPeerMux serves ln.
@@ -240,6 +245,9 @@ func (l *raftLayer) Addr() net.Addr { return l.p.adv }
 // BreakLinks aborts it while it dials, and closes it after.
 func (l *raftLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	link := l.p.links.get(string(address))
+	if d := l.p.cfg.RaftDialTimeout; d > 0 && d < timeout {
+		timeout = d
+	}
 	ctx, cancel := context.WithTimeout(link, timeout)
 	defer cancel()
 	c, err := l.p.dialRaft(ctx, string(address))
