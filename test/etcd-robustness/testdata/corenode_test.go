@@ -129,12 +129,12 @@ func (followerBlackholeUntilSnapshot) Available(cfg e2e.EtcdProcessClusterConfig
 // SERVING on grpc.health.v1. Most runs take under 1.2 s; the slowest seen,
 // 5.04-5.25 s, had a follower cut until it needed a snapshot, whose
 // leader's replicator sat in a raft connection's TLS handshake begun
-// during the cut until it failed 5 s later: a raft dial is bounded by the
-// transport's 10 s I/O timeout (etcd bounds a peer dial at 1 s plus the
-// election timeout), and after failures in a row hashicorp/raft waits up
-// to 10.24 s more before it retries (failureWait 10 ms doubling to
-// maxFailureScale 12). The bound leaves room for the dial's timeout and
-// the catch-up on a slow machine.
+// during the cut until it failed 5 s later (a raft dial was then bounded
+// by the transport's 10 s I/O timeout; now by 1 s plus the election
+// timeout, as etcd's peer dials), and after failures in a row
+// hashicorp/raft waits up to 10.24 s more before it retries (failureWait
+// 10 ms doubling to maxFailureScale 12). The bound leaves room for both
+// and the catch-up on a slow machine.
 const servingBound = 15 * time.Second
 
 // awaitServing runs a failpoint, then waits until every member's gRPC
