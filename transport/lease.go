@@ -58,9 +58,21 @@ const keepAliveConcurrency = 256
 func (l *leaseService) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) error {
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
-	var smu sync.Mutex
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	var smu sync.Mutex // one Send at a time
+	// The handler waits for the renewals it started; the receiving
+	// goroutine, which outlives it until the stream ends, starts none once
+	// the handler is done (a WaitGroup's Add must not race its Wait).
+	var (
+		wmu  sync.Mutex
+		done bool
+		wg   sync.WaitGroup
+	)
+	defer func() {
+		wmu.Lock()
+		done = true
+		wmu.Unlock()
+		wg.Wait()
+	}()
 	sem := make(chan struct{}, keepAliveConcurrency)
 	recvErr := make(chan error, 1)
 	go func() {
@@ -76,7 +88,13 @@ func (l *leaseService) LeaseKeepAlive(stream pb.Lease_LeaseKeepAliveServer) erro
 				recvErr <- nil
 				return
 			}
+			wmu.Lock()
+			if done {
+				wmu.Unlock()
+				return
+			}
 			wg.Add(1)
+			wmu.Unlock()
 			go func() {
 				defer func() { <-sem; wg.Done() }()
 				// The header is taken before the renewal, as etcd does: its
