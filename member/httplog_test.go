@@ -1,14 +1,12 @@
 package member_test
 
 import (
-	"bytes"
 	"fmt"
 	"log"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,33 +15,14 @@ import (
 	"github.com/corenode/corenode/member/membertest"
 )
 
-// lockedBuffer is a bytes.Buffer that a member's goroutines and the test
-// may use at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestHTTPErrorsInTheMembersLog: a client refused in the TLS handshake is
 // logged by the member's logger (one format per member), not by Go's
 // standard log, which writes plain text to stderr beside the member's JSON.
 func TestHTTPErrorsInTheMembersLog(t *testing.T) {
-	var std lockedBuffer
+	var std syncBuffer
 	defer log.SetOutput(log.Writer())
 	log.SetOutput(&std)
-	var own lockedBuffer
+	var own syncBuffer
 	ca := membertest.NewCA(t, "cluster")
 	server := ca.Issue("member", net.ParseIP("127.0.0.1"))
 	client := ca.Issue("client")

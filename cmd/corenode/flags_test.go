@@ -704,23 +704,9 @@ func TestUnixSocketClientURL(t *testing.T) {
 	sock := "unix://" + filepath.Join(dir, "etcd.sock")
 	tcp := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	s, err := parseFlags([]string{"--name=u", "--data-dir=" + filepath.Join(dir, "data"), "--listen-client-urls=" + sock + "," + tcp,
+	startReady(t, []string{"--name=u", "--data-dir=" + filepath.Join(dir, "data"), "--listen-client-urls=" + sock + "," + tcp,
 		"--advertise-client-urls=" + tcp, "--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
-		"--log-outputs=" + filepath.Join(dir, "log")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _, closeLog, err := start(s, prometheus.NewRegistry(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeLog()
-	defer m.Close()
-	select {
-	case <-m.Ready():
-	case <-time.After(20 * time.Second):
-		t.Fatal("not ready after 20 s")
-	}
+		"--log-outputs=" + filepath.Join(dir, "log")}, prometheus.NewRegistry())
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{sock}, DialTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -737,7 +723,6 @@ func TestUnixSocketClientURL(t *testing.T) {
 // older spellings set the entries kept behind a snapshot, etcd's 5000 by
 // default; a count below 1 stops the start.
 func TestSnapshotCatchUpEntriesFlag(t *testing.T) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, c := range []struct {
 		args []string
 		want uint64
@@ -747,11 +732,7 @@ func TestSnapshotCatchUpEntriesFlag(t *testing.T) {
 		{[]string{"--experimental-snapshot-catchup-entries=200"}, 200},
 		{[]string{"--experimental-snapshot-catch-up-entries=300"}, 300},
 	} {
-		s, err := parseFlags(c.args, nil)
-		if err != nil {
-			t.Fatalf("%v: %v", c.args, err)
-		}
-		cfg, err := memberConfig(&s.o, quiet)
+		cfg, err := configOf(t, c.args...)
 		if err != nil {
 			t.Fatalf("%v: %v", c.args, err)
 		}
@@ -759,11 +740,7 @@ func TestSnapshotCatchUpEntriesFlag(t *testing.T) {
 			t.Errorf("%v: %d entries kept behind a snapshot, want %d", c.args, cfg.SnapshotCatchUpEntries, c.want)
 		}
 	}
-	s, err := parseFlags([]string{"--snapshot-catchup-entries=0"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := memberConfig(&s.o, quiet); err == nil || !strings.Contains(err.Error(), "--snapshot-catchup-entries") {
+	if _, err := configOf(t, "--snapshot-catchup-entries=0"); err == nil || !strings.Contains(err.Error(), "--snapshot-catchup-entries") {
 		t.Errorf("--snapshot-catchup-entries=0: %v, want an error naming the flag", err)
 	}
 }
@@ -771,16 +748,11 @@ func TestSnapshotCatchUpEntriesFlag(t *testing.T) {
 // TestMaxSnapshotsFlag: --max-snapshots is the snapshots kept, etcd's 5 by
 // default, and its 0 keeps every one (a negative count in the config).
 func TestMaxSnapshotsFlag(t *testing.T) {
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	for _, c := range []struct {
 		args []string
 		want int
 	}{{nil, 5}, {[]string{"--max-snapshots=2"}, 2}, {[]string{"--max-snapshots=0"}, -1}} {
-		s, err := parseFlags(c.args, nil)
-		if err != nil {
-			t.Fatalf("%v: %v", c.args, err)
-		}
-		cfg, err := memberConfig(&s.o, quiet)
+		cfg, err := configOf(t, c.args...)
 		if err != nil {
 			t.Fatalf("%v: %v", c.args, err)
 		}
@@ -788,11 +760,7 @@ func TestMaxSnapshotsFlag(t *testing.T) {
 			t.Errorf("%v: MaxSnapshots %d, want %d", c.args, cfg.MaxSnapshots, c.want)
 		}
 	}
-	s, err := parseFlags([]string{"--max-snapshots=-1"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := memberConfig(&s.o, quiet); err == nil || !strings.Contains(err.Error(), "--max-snapshots") {
+	if _, err := configOf(t, "--max-snapshots=-1"); err == nil || !strings.Contains(err.Error(), "--max-snapshots") {
 		t.Errorf("--max-snapshots=-1: %v, want an error naming the flag", err)
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,8 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/corenode/corenode/internal/freeport"
 )
 
 // TestMetricsExtensiveExportsRaftTimings starts a member with --metrics
@@ -39,32 +36,8 @@ func TestMetricsExtensiveExportsRaftTimings(t *testing.T) {
 // spaces.
 func writeOnceAndGather(t *testing.T, level string) string {
 	t.Helper()
-	dir := t.TempDir()
-	ports, err := freeport.Ports("127.0.0.1", 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	client := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
-	peer := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-	s, err := parseFlags([]string{"--name=m", "--data-dir=" + filepath.Join(dir, "data"), "--metrics=" + level,
-		"--listen-client-urls=" + client, "--advertise-client-urls=" + client,
-		"--listen-peer-urls=" + peer, "--initial-advertise-peer-urls=" + peer,
-		"--log-outputs=" + filepath.Join(dir, "log")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	reg := prometheus.NewRegistry()
-	m, _, closeLog, err := start(s, reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closeLog()
-	defer m.Close()
-	select {
-	case <-m.Ready():
-	case <-time.After(20 * time.Second):
-		t.Fatal("not ready after 20 s")
-	}
+	client := oneMember(t, reg, "--metrics="+level, "--log-outputs="+filepath.Join(t.TempDir(), "log"))
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
