@@ -31,6 +31,35 @@ func newTestPeerMux(t *testing.T) *PeerMux {
 	return p
 }
 
+// answerPuts is a leader's end of a proposal connection c that answers
+// every put (putAnswer) and every read-index question (an empty record)
+// with readIndex, until c fails.
+func answerPuts(c net.Conn, readIndex uint64) {
+	rf := newRawFrames(c)
+	if _, err := c.Write([]byte{proposeHello}); err != nil {
+		return
+	}
+	var in frame
+	for rf.recv(&in) == nil {
+		var out frame
+		for b := []byte(in); len(b) > 0; {
+			id, cmd, rest, err := readRecord(b, nil)
+			if err != nil {
+				return
+			}
+			b = rest
+			if len(cmd) == 0 {
+				out = append(out, encodeAnswer(id, emptyAnswer{}, readIndex, nil)...)
+				continue
+			}
+			out = append(out, putAnswer(id, cmd)...)
+		}
+		if rf.send(out) != nil {
+			return
+		}
+	}
+}
+
 // putAnswer answers a put of key "k<n>" with revision n, applied at n+1000,
 // as a leader does.
 func putAnswer(id uint64, cmd []byte) []byte {
@@ -95,25 +124,7 @@ func TestProposalConnCarriesCommands(t *testing.T) {
 		}
 		accepted.Done()
 		defer c.Close()
-		rf := newRawFrames(c)
-		if _, err := c.Write([]byte{proposeHello}); err != nil {
-			return
-		}
-		var in frame
-		for rf.recv(&in) == nil {
-			var out frame
-			for b := []byte(in); len(b) > 0; {
-				id, cmd, rest, err := readRecord(b, nil)
-				if err != nil {
-					return
-				}
-				b = rest
-				out = append(out, putAnswer(id, cmd)...)
-			}
-			if rf.send(out) != nil {
-				return
-			}
-		}
+		answerPuts(c, 0)
 	}()
 	p := NewPeerClient(newTestPeerMux(t), time.Second)
 	defer p.Close()
@@ -181,29 +192,7 @@ func TestProposalConnCarriesReadIndex(t *testing.T) {
 			return
 		}
 		defer c.Close()
-		rf := newRawFrames(c)
-		if _, err := c.Write([]byte{proposeHello}); err != nil {
-			return
-		}
-		var in frame
-		for rf.recv(&in) == nil {
-			var out frame
-			for b := []byte(in); len(b) > 0; {
-				id, cmd, rest, err := readRecord(b, nil)
-				if err != nil {
-					return
-				}
-				b = rest
-				if len(cmd) == 0 {
-					out = append(out, encodeAnswer(id, emptyAnswer{}, 4242, nil)...)
-					continue
-				}
-				out = append(out, putAnswer(id, cmd)...)
-			}
-			if rf.send(out) != nil {
-				return
-			}
-		}
+		answerPuts(c, 4242)
 	}()
 	p := NewPeerClient(newTestPeerMux(t), time.Second)
 	defer p.Close()
@@ -234,25 +223,7 @@ func TestProposalConnWithoutReads(t *testing.T) {
 			return
 		}
 		defer c.Close()
-		rf := newRawFrames(c)
-		if _, err := c.Write([]byte{proposeHello}); err != nil {
-			return
-		}
-		var in frame
-		for rf.recv(&in) == nil {
-			var out frame
-			for b := []byte(in); len(b) > 0; {
-				id, cmd, rest, err := readRecord(b, nil)
-				if err != nil {
-					return
-				}
-				b = rest
-				out = append(out, putAnswer(id, cmd)...)
-			}
-			if rf.send(out) != nil {
-				return
-			}
-		}
+		answerPuts(c, 0)
 	}()
 	p := NewPeerClient(newTestPeerMux(t), time.Second)
 	defer p.Close()
